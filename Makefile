@@ -1,0 +1,28 @@
+# The two commands of the README: `make search` and `make test`.
+# Both build the project's own virtual environment on first use (and again when pyproject.toml
+# changes), so a fresh machine needs nothing but Python 3.11 and this file.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: search test install clean
+
+search: $(STAMP)
+	$(BIN)/rankitect search $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e ".[dev]"
+	$(BIN)/python -m pip install --no-deps $$($(BIN)/python -c \
+	  "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['rankitect']['no-deps']))")
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV)

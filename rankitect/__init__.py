@@ -1,0 +1,3 @@
+"""rankitect: neural architecture search for ranking (click-through-rate) models."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,125 @@
+"""The block contract and the one registry of blocks.
+
+Two tensor kinds flow between blocks: *field* tensors ``(B, N, D)`` and *flat* tensors ``(B, W)``.
+Every block declares the kind it takes (``in_kind``), the kind it gives (``out_kind``) and how many
+inputs it takes (``num_inputs``: 1, or 2 for ``left``/``right`` blocks such as gating and sum).
+
+Construction (the only path is :func:`build_block`, used by the space, the supernet and the tests):
+
+* the input shape comes first and positionally: ``(in_fields, dim)`` for a field input,
+  ``(in_features,)`` for a flat input, ``(left_features, right_features)`` for two flat inputs;
+* then the block's own parameters, keyword-only; these are exactly the ``params`` of a gene;
+* then ``request_in`` (keyword-only): ``None`` runs unmasked; an int ``R`` (a pair for two-input
+  blocks) says the first ``R`` fields (field input) or units (flat input) are request side, and the
+  block then runs *masked* (ROCS Generalized Layer Masking): its first ``request_out`` outputs
+  depend only on those request-side inputs.
+
+After construction a block knows ``out_shape`` (``(N', D)`` or ``(W,)``), ``request_out`` (0 when
+unmasked) and :meth:`Block.flops`, the forward FLOPs per example of exactly what ``forward``
+computes. FLOPs follow ``torch.utils.flop_counter``: matrix products only (mm, addmm, bmm, baddbmm;
+a multiply-add is 2); elementwise work, norms and activations count 0; embedding lookups are free.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+from torch import nn
+
+FIELD = "field"
+FLAT = "flat"
+
+
+class Block(nn.Module):
+    """Base class of every registered block (see the module docstring for the contract)."""
+
+    in_kind: ClassVar[str] = FLAT
+    out_kind: ClassVar[str] = FLAT
+    num_inputs: ClassVar[int] = 1
+    mixes_fields: ClassVar[bool] = True  # False for blocks where masking is meaningless
+
+    out_shape: tuple[int, ...]
+    request_out: int
+
+    def flops(self) -> int:
+        """Forward FLOPs per example (matrix products, multiply-add = 2)."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"out_shape={tuple(self.out_shape)}, request_out={self.request_out}"
+
+
+BLOCKS: dict[str, type[Block]] = {}
+
+
+def register_block(name: str):
+    """Class decorator adding a block to :data:`BLOCKS`; a second block of one name is an error."""
+
+    def wrap(cls: type[Block]) -> type[Block]:
+        if name in BLOCKS:
+            raise ValueError(f"block {name!r} is already registered ({BLOCKS[name].__qualname__})")
+        if not (isinstance(cls, type) and issubclass(cls, Block)):
+            raise TypeError(f"block {name!r} must subclass Block, got {cls!r}")
+        cls.op_name = name
+        BLOCKS[name] = cls
+        return cls
+
+    return wrap
+
+
+def block_params(op: str) -> dict[str, inspect.Parameter]:
+    """The keyword-only parameters (gene params) a registered block accepts, ``request_in`` excluded."""
+    cls = get_block_class(op)
+    sig = inspect.signature(cls.__init__)
+    return {
+        n: p
+        for n, p in sig.parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "request_in"
+    }
+
+
+def get_block_class(op: str) -> type[Block]:
+    if op not in BLOCKS:
+        raise ValueError(f"unknown block op {op!r}; known: {sorted(BLOCKS)}")
+    return BLOCKS[op]
+
+
+def build_block(
+    op: str,
+    in_shape: tuple[int, ...],
+    params: dict[str, Any] | None = None,
+    *,
+    request_in: int | tuple[int, int] | None = None,
+) -> Block:
+    """Construct block ``op`` for an input of ``in_shape`` with gene ``params``.
+
+    Unknown or missing parameters raise ``ValueError`` naming the op and the key.
+    """
+    cls = get_block_class(op)
+    params = dict(params or {})
+    accepted = block_params(op)
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(f"block {op!r}: unknown params {unknown}; accepted: {sorted(accepted)}")
+    missing = sorted(n for n, p in accepted.items() if p.default is inspect.Parameter.empty and n not in params)
+    if missing:
+        raise ValueError(f"block {op!r}: missing params {missing}")
+    return cls(*in_shape, **params, request_in=request_in)
+
+
+def count_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+__all__ = [
+    "BLOCKS",
+    "FIELD",
+    "FLAT",
+    "Block",
+    "block_params",
+    "build_block",
+    "count_params",
+    "get_block_class",
+    "register_block",
+]

@@ -1,0 +1,131 @@
+"""The feature spec: which columns a data set has, their vocabularies and their sides.
+
+A feature is on the ``request`` side (the same for every candidate of one request: user, context)
+or the ``candidate`` side (the item being ranked). Models order their fields request side first,
+so ROCS masking (request-side outputs depend only on request-side inputs) is a prefix property.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Side = Literal["request", "candidate"]
+SIDES: tuple[str, ...] = ("request", "candidate")
+
+
+@dataclass(frozen=True)
+class DenseFeature:
+    """A real-valued feature (already transformed, e.g. log(1 + x))."""
+
+    name: str
+    side: Side = "candidate"
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if self.side not in SIDES:
+            raise ValueError(f"dense feature {self.name!r}: side must be one of {SIDES}, got {self.side!r}")
+
+
+@dataclass(frozen=True)
+class SparseFeature:
+    """A categorical feature with ids in ``[0, vocab_size)``; id 0 is reserved for missing."""
+
+    name: str
+    vocab_size: int
+    side: Side = "candidate"
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if self.side not in SIDES:
+            raise ValueError(f"sparse feature {self.name!r}: side must be one of {SIDES}, got {self.side!r}")
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 2:
+            raise ValueError(f"sparse feature {self.name!r}: vocab_size must be an int >= 2, got {self.vocab_size!r}")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Dense and sparse features of a data set, in storage order, plus the label name.
+
+    Storage order is the column order of the cached arrays. Models read features in
+    *field order*: request side first, then candidate side (stable within each side).
+
+    >>> spec = FeatureSpec(dense=(DenseFeature("d0"),),
+    ...                    sparse=(SparseFeature("s0", 10), SparseFeature("u0", 5, side="request")))
+    >>> spec.n_dense, spec.n_sparse, [f.name for f in spec.sparse_in_field_order()]
+    (1, 2, ['u0', 's0'])
+    >>> FeatureSpec.from_dict(spec.to_dict()) == spec
+    True
+    """
+
+    dense: tuple[DenseFeature, ...]
+    sparse: tuple[SparseFeature, ...]
+    label: str = "label"
+    name: str = "data"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.dense] + [f.name for f in self.sparse] + [self.label]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"feature spec: duplicate column names {dupes}")
+
+    @property
+    def n_dense(self) -> int:
+        return len(self.dense)
+
+    @property
+    def n_sparse(self) -> int:
+        return len(self.sparse)
+
+    @property
+    def sparse_names(self) -> list[str]:
+        return [f.name for f in self.sparse]
+
+    def sparse_in_field_order(self) -> list[SparseFeature]:
+        """Sparse features request side first (stable), the order models lay out fields."""
+        return [f for f in self.sparse if f.side == "request"] + [f for f in self.sparse if f.side == "candidate"]
+
+    @property
+    def n_request_sparse(self) -> int:
+        return sum(f.side == "request" for f in self.sparse)
+
+    @property
+    def n_request_dense(self) -> int:
+        return sum(f.side == "request" for f in self.dense)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "dense": [asdict(f) for f in self.dense],
+            "sparse": [asdict(f) for f in self.sparse],
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FeatureSpec:
+        unknown = set(d) - {"name", "label", "dense", "sparse", "extra"}
+        if unknown:
+            raise ValueError(f"feature spec: unknown keys {sorted(unknown)}")
+        return cls(
+            dense=tuple(DenseFeature(**f) for f in d.get("dense", [])),
+            sparse=tuple(SparseFeature(**f) for f in d.get("sparse", [])),
+            label=d.get("label", "label"),
+            name=d.get("name", "data"),
+            extra=dict(d.get("extra", {})),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> FeatureSpec:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"feature name must be an identifier, got {name!r}")
