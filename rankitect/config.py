@@ -1,0 +1,200 @@
+"""Typed configuration: dataclasses loaded strictly from YAML plus ``key=value`` overrides.
+
+An unknown key or a value of the wrong type raises :class:`~rankitect.errors.ConfigError` naming
+the dotted key; the CLI turns that into exit status 2 before anything is written.
+
+>>> cfg = load_config(overrides=["search.trials=8", "train.lr_dense=0.01"])
+>>> cfg.search.trials, cfg.train.lr_dense
+(8, 0.01)
+>>> load_config(overrides=["search.trails=8"])
+Traceback (most recent call last):
+...
+rankitect.errors.ConfigError: unknown config key 'search.trails' (known under 'search': ...)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from rankitect.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """Where the click data comes from. ``source``: ``synthetic``, a Criteo TSV, a CSV/parquet
+    file (with ``schema``), or a cache directory written earlier."""
+
+    source: str = "synthetic"
+    rows: int = 60_000  # synthetic only
+    seed: int = 0  # synthetic only
+    schema: str | None = None  # CSV / parquet only
+    vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)
+    cache_dir: str | None = None
+
+
+@dataclass
+class TrainConfig:
+    """How one candidate is trained and evaluated."""
+
+    steps: int = 300
+    batch_size: int = 512
+    lr_dense: float = 1e-3
+    lr_sparse: float = 0.05
+    weight_decay: float = 0.0
+    val_every: int = 100
+    val_batches: int = 20  # 0 = the whole validation split
+    test_batches: int = 0  # 0 = the whole test split
+    warmup_steps: int = 50  # validation NE above 1 only fails a trial after this many steps
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class EvolutionConfig:
+    population: int = 16
+    sample_size: int = 4
+
+
+@dataclass
+class SearchConfig:
+    """What to search, how, and how candidates are ranked."""
+
+    strategy: str = "evolution"
+    space: str = "nasrec"
+    trials: int = 16
+    seed: int = 0
+    target_mflops: float | None = None
+    penalty: Literal["absolute", "relaxed"] = "relaxed"
+    penalty_weight: float = 0.1
+    workers: int = 1
+    storage: str | None = None
+    study_name: str | None = None
+    baselines: list[str] = field(default_factory=lambda: ["dlrm", "dcnv2", "deepfm", "autoint", "wukong", "dhen"])
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+
+
+@dataclass
+class TrackConfig:
+    uri: str | None = None  # default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db
+    experiment: str = "rankitect"
+
+
+@dataclass
+class RuntimeConfig:
+    device: str = "cpu"
+    compile: bool = False
+    precision: Literal["fp32", "bf16", "fp8"] = "fp32"
+    sharding: Literal["none", "torchrec"] = "none"
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults, then the YAML file at ``path`` (if any), then ``key=value`` overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping, got {type(loaded).__name__}")
+        raw = loaded or {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
+    return _build(Config, raw, prefix="")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The whole config as plain data (for logging it in full)."""
+    return dataclasses.asdict(cfg)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}} -> {"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config key {key!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "the top level"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config key {where!r}: expected a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown config key {prefix + str(unknown[0])!r} (known under {where!r}: {sorted(fields)})")
+    values = {}
+    for name, value in raw.items():
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            values[name] = _build(tp, value, prefix + name + ".")
+        else:
+            values[name] = _coerce(value, tp, prefix + name)
+    return cls(**values)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0])
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"config key {key!r}: expected one of {list(args)}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"config key {key!r}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and type(value) is tp:
+        return value
+    raise ConfigError(f"config key {key!r}: expected {getattr(tp, '__name__', tp)}, got {value!r}")

@@ -1,0 +1,104 @@
+"""The thin LightningModule that owns loss, optimizers, metrics and the divergence guard.
+
+The model is a plain ``nn.Module`` mapping a :class:`~rankitect.data.batch.Batch` to logits; it
+never owns training (torchrec's ``DLRMTrain`` pattern).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from rankitect.config import TrainConfig
+from rankitect.data.batch import Batch
+from rankitect.eval.metrics import MetricAccumulator
+
+
+class TrialDiverged(RuntimeError):
+    """Training produced a NaN/inf loss, or validation NE above 1 after warm-up."""
+
+
+def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(sparse, dense): embedding-table parameters, then everything else."""
+    sparse_ids: set[int] = set()
+    sparse: list[nn.Parameter] = []
+    for module in model.modules():
+        if isinstance(module, (EmbeddingBagCollection, nn.EmbeddingBag, nn.Embedding)):
+            for p in module.parameters():
+                if id(p) not in sparse_ids:
+                    sparse_ids.add(id(p))
+                    sparse.append(p)
+    dense = [p for p in model.parameters() if id(p) not in sparse_ids]
+    return sparse, dense
+
+
+class RankingTask(pl.LightningModule):
+    """Binary cross-entropy training of a ranking model with two optimizers.
+
+    Embedding tables use row-wise Adagrad (torchrec), the rest Adam. Validation logs
+    ``val/ne``, ``val/logloss``, ``val/auc`` and ``val/calibration``.
+
+    Args:
+        model: maps a Batch to logits ``(B,)``.
+        cfg: learning rates, warm-up of the divergence guard.
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig) -> None:
+        super().__init__()
+        self.model = model
+        self.cfg = cfg
+        self.automatic_optimization = False  # two optimizers of different kinds, stepped together
+        self.loss_fn = nn.BCEWithLogitsLoss()
+        self._val = MetricAccumulator()
+        self.history: list[dict[str, float]] = []
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.model(batch)
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        sparse, dense = split_parameters(self.model)
+        opts: list[torch.optim.Optimizer] = []
+        if sparse:
+            opts.append(RowWiseAdagrad(sparse, lr=self.cfg.lr_sparse))
+        if dense:
+            opts.append(torch.optim.Adam(dense, lr=self.cfg.lr_dense, weight_decay=self.cfg.weight_decay))
+        return opts
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        opts = self.optimizers()
+        opts = opts if isinstance(opts, list) else [opts]
+        loss = self.loss_fn(self.model(batch), batch.labels)
+        if not torch.isfinite(loss):
+            raise TrialDiverged(f"training loss is {loss.item()} at step {self.global_step}")
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        for opt in opts:
+            opt.step()
+        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch))
+        return loss.detach()
+
+    def on_validation_epoch_start(self) -> None:
+        self._val.reset()
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._val.update(self.model(batch), batch.labels)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking or self._val.count == 0:
+            return
+        metrics = self._val.compute()
+        logged = {f"val/{k}": float(v) for k, v in metrics.items()}
+        self.log_dict(logged, prog_bar=False)
+        self.history.append({"step": float(self.global_step), **logged})
+        ne = logged["val/ne"]
+        if not math.isfinite(ne) or (ne > 1.0 and self.global_step >= self.cfg.warmup_steps):
+            raise TrialDiverged(f"validation NE is {ne:.4f} at step {self.global_step} (above 1 after warm-up)")
+
+    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+        return batch.to(device)
