@@ -1,0 +1,196 @@
+"""Shared pieces of the blocks: validation, activations, norms and the ROCS-masked linear maps.
+
+ROCS Generalized Layer Masking (Meta, arXiv 2607.27744) needs one idea everywhere: a linear map
+whose first ``request_out`` outputs see only the first ``request_in`` inputs. :class:`MaskedLinear`
+is that map (a block-lower-triangular weight mask), :class:`FieldLinear` applies it along the field
+axis, and :class:`SplitLayerNorm` normalizes the request part of a flat vector on its own. Every
+block composes these, so the masking rule lives in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "none": nn.Identity,
+}
+NORMS = ("layernorm", "none")
+
+
+def check_positive(name: str, value: int) -> int:
+    """Return ``value`` if it is an int >= 1, else raise ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_request(request_in: int | None, size: int, what: str = "request_in") -> int | None:
+    """Validate a request-side count against the input size it refers to (``None`` = unmasked)."""
+    if request_in is None:
+        return None
+    if isinstance(request_in, bool) or not isinstance(request_in, int) or not 0 <= request_in <= size:
+        raise ValueError(f"{what} must be None or an int in [0, {size}], got {request_in!r}")
+    return request_in
+
+
+def check_request_pair(
+    request_in: tuple[int, int] | None, left: int, right: int
+) -> tuple[int | None, int | None]:
+    """Validate the ``(left R, right R)`` pair of a two-input block; ``None`` leaves both unmasked."""
+    if request_in is None:
+        return None, None
+    if isinstance(request_in, (str, bytes)) or len(request_in) != 2 or None in tuple(request_in):
+        raise ValueError(f"request_in of a two-input block must be an int pair or None, got {request_in!r}")
+    return (
+        check_request(request_in[0], left, "request_in[0]"),
+        check_request(request_in[1], right, "request_in[1]"),
+    )
+
+
+def request_share(request_in: int | None, size_in: int, size_out: int) -> int:
+    """Request-side outputs for ``request_in`` of ``size_in`` request-side inputs.
+
+    Proportional to the input share (rounded half up), at least 1 and at most ``size_out - 1`` so
+    that both sides keep room; all outputs when all inputs are request side; 0 when unmasked.
+
+    >>> request_share(3, 10, 4), request_share(1, 10, 4), request_share(9, 10, 4)
+    (1, 1, 3)
+    >>> request_share(None, 10, 4), request_share(0, 10, 4), request_share(10, 10, 4)
+    (0, 0, 4)
+    """
+    if not request_in:
+        return 0
+    if request_in >= size_in:
+        return size_out
+    if size_out < 2:
+        return 0
+    share = (2 * request_in * size_out + size_in) // (2 * size_in)
+    return min(max(share, 1), size_out - 1)
+
+
+def make_activation(name: str) -> nn.Module:
+    """The activation module for a string key in :data:`ACTIVATIONS`."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]()
+
+
+def check_norm(name: str) -> str:
+    if name not in NORMS:
+        raise ValueError(f"unknown norm {name!r}; known: {list(NORMS)}")
+    return name
+
+
+class MaskedLinear(nn.Linear):
+    """``nn.Linear`` whose first ``request_out`` outputs see only the first ``request_in`` inputs.
+
+    The weight is multiplied by a fixed 0/1 mask, zero on rows ``[:request_out]`` x columns
+    ``[request_in:]`` (block lower triangular); candidate-side outputs see every input. With
+    ``request_in=None`` it is a plain linear map. FLOPs: ``2 * in_features * out_features`` per row.
+
+    >>> lin = MaskedLinear(4, 3, request_in=2, request_out=1)
+    >>> lin.mask.tolist()
+    [[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    """
+
+    mask: torch.Tensor | None
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = True,
+        request_in: int | None = None,
+        request_out: int = 0,
+    ) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        check_request(request_in, in_features)
+        if not 0 <= request_out <= out_features:
+            raise ValueError(f"request_out must be in [0, {out_features}], got {request_out!r}")
+        self.request_in = request_in
+        self.request_out = request_out if request_in is not None else 0
+        mask = None
+        if request_in is not None:
+            mask = torch.ones(out_features, in_features)
+            mask[: self.request_out, request_in:] = 0.0
+        self.register_buffer("mask", mask, persistent=False)
+
+    def masked_weight(self) -> torch.Tensor:
+        return self.weight if self.mask is None else self.weight * self.mask
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.masked_weight(), self.bias)
+
+    def flops(self) -> int:
+        """FLOPs per row of the input (one matrix-vector product)."""
+        return 2 * self.in_features * self.out_features
+
+
+class FieldLinear(MaskedLinear):
+    """A :class:`MaskedLinear` applied along the field axis: ``(B, N, D) -> (B, N', D)``.
+
+    ``in_features``/``out_features`` count fields; the same map is applied to each of the ``D``
+    coordinates, so FLOPs per example are ``2 * N * N' * D`` (see :meth:`field_flops`).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, N, D) -> (B, D, N) -> linear over N -> (B, D, N') -> (B, N', D)
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+    def field_flops(self, dim: int) -> int:
+        return self.flops() * dim
+
+
+class SplitLayerNorm(nn.Module):
+    """LayerNorm over a flat vector with separate statistics for the request part and the rest.
+
+    Unmasked (``request_in`` None or 0) it is ``nn.LayerNorm(features)``. Masked, the first
+    ``request_in`` units are normalized on their own, so they never see candidate-side units.
+    """
+
+    def __init__(self, features: int, *, request_in: int | None = None) -> None:
+        super().__init__()
+        check_request(request_in, features)
+        self.features = features
+        self.request_in = request_in or 0
+        self.weight = nn.Parameter(torch.ones(features))
+        self.bias = nn.Parameter(torch.zeros(features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = self.request_in
+        if r == 0 or r == self.features:
+            return F.layer_norm(x, (self.features,), self.weight, self.bias)
+        head = F.layer_norm(x[..., :r], (r,), self.weight[:r], self.bias[:r])
+        tail = F.layer_norm(x[..., r:], (self.features - r,), self.weight[r:], self.bias[r:])
+        return torch.cat([head, tail], dim=-1)
+
+
+def make_norm(name: str, features: int, *, request_in: int | None = None) -> nn.Module:
+    """A norm over a flat vector by string key (``"layernorm"`` is masked by ``request_in``)."""
+    if check_norm(name) == "none":
+        return nn.Identity()
+    return SplitLayerNorm(features, request_in=request_in)
+
+
+__all__ = [
+    "ACTIVATIONS",
+    "NORMS",
+    "FieldLinear",
+    "MaskedLinear",
+    "SplitLayerNorm",
+    "check_norm",
+    "check_positive",
+    "check_request",
+    "check_request_pair",
+    "make_activation",
+    "make_norm",
+    "request_share",
+]

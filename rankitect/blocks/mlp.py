@@ -1,0 +1,85 @@
+"""``mlp``: a stack of fully connected layers on a flat input."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rankitect.blocks.base import FLAT, Block, register_block
+from rankitect.blocks.common import (
+    MaskedLinear,
+    check_norm,
+    check_positive,
+    check_request,
+    make_activation,
+    make_norm,
+    request_share,
+)
+
+
+@register_block("mlp")
+class MLP(Block):
+    """Fully connected layers, each ``Linear -> norm -> activation`` (NASRec "FC" op).
+
+    Paper: NASRec, Zhang et al., WWW'23, arXiv 2207.07187 (the dense "FC" block).
+
+    Update rule per layer: :math:`h_{l+1} = \\mathrm{act}(\\mathrm{norm}(W_l h_l + b_l))`.
+
+    ROCS masking: every linear is block lower triangular (request units see only request units);
+    the request share of each layer's units is proportional to the input share; the LayerNorm keeps
+    separate statistics for the request units.
+
+    Args:
+        in_features: width W of the flat input.
+        width: units per layer (the output width).
+        num_layers: number of layers.
+        activation: ``"relu"``, ``"gelu"``, ``"silu"`` or ``"none"``.
+        norm: ``"layernorm"`` or ``"none"``.
+        request_in: request-side input units (``None`` = unmasked).
+
+    Shapes: ``(B, in_features) -> (B, width)``.
+
+    >>> import torch
+    >>> from rankitect.blocks import build_block
+    >>> block = build_block("mlp", (16,), {"width": 8, "num_layers": 2})
+    >>> block(torch.randn(4, 16)).shape, block.flops()
+    (torch.Size([4, 8]), 384)
+    """
+
+    in_kind = FLAT
+    out_kind = FLAT
+    num_inputs = 1
+
+    def __init__(
+        self,
+        in_features: int,
+        *,
+        width: int,
+        num_layers: int = 1,
+        activation: str = "relu",
+        norm: str = "layernorm",
+        request_in: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive("in_features", in_features)
+        check_positive("width", width)
+        check_positive("num_layers", num_layers)
+        check_norm(norm)
+        check_request(request_in, in_features)
+        layers: list[nn.Module] = []
+        size, request = in_features, request_in
+        for _ in range(num_layers):
+            out_request = request_share(request, size, width) if request is not None else None
+            layers.append(MaskedLinear(size, width, request_in=request, request_out=out_request or 0))
+            layers.append(make_norm(norm, width, request_in=out_request))
+            layers.append(make_activation(activation))
+            size, request = width, out_request
+        self.layers = nn.Sequential(*layers)
+        self.out_shape = (width,)
+        self.request_out = request or 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+    def flops(self) -> int:
+        return sum(m.flops() for m in self.layers if isinstance(m, MaskedLinear))
