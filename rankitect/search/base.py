@@ -1,0 +1,220 @@
+"""The strategy protocol, the result of one trial, and the one registry of strategies.
+
+A strategy proposes architectures and learns from their results; it never trains anything.
+The runner's loop is ``arch = strategy.ask()``, train and score ``arch``, then
+``strategy.tell(arch, result)`` with a :class:`TrialResult`:
+
+>>> TrialResult(val_ne=0.80, test_ne=0.81, mflops=1.5).ok
+True
+>>> TrialResult.failure("loss is NaN at step 40").status
+'failed'
+
+Several asks may be outstanding at once (a pool of workers); each is told exactly once, failed
+trials included (``TrialResult.failure(...)``). Every strategy owns one ``numpy.random.Generator``
+seeded from ``seed``: the same seed and the same told results give the same architectures, and
+:meth:`Strategy.state_dict` (plain JSON data) captures everything needed to continue.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+
+from rankitect.search.objective import Objective
+
+if TYPE_CHECKING:
+    from rankitect.space import Architecture
+
+STATUSES = ("ok", "failed")
+
+
+class SpaceExhausted(RuntimeError):
+    """A strategy found no architecture it has not proposed before within its retry budget."""
+
+
+class Choice(Protocol):
+    label: str
+    options: tuple[Any, ...]
+
+
+class Space(Protocol):
+    """What a strategy needs from a search space (``rankitect.space.SearchSpace`` provides it)."""
+
+    choices: dict[str, Choice]
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]: ...
+
+    def decode(self, sample: dict[str, Any]) -> Architecture: ...
+
+    def encode(self, arch: Architecture) -> dict[str, Any] | None: ...
+
+    def mutate(self, arch: Architecture, rng: np.random.Generator, num_mutations: int = 1) -> Architecture: ...
+
+
+def arch_hash(arch: Architecture) -> str:
+    """The stable genotype hash of ``arch`` (a property or a method on the architecture)."""
+    h = arch.hash
+    return str(h() if callable(h) else h)
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """The outcome of training and scoring one architecture.
+
+    Args:
+        status: ``"ok"`` or ``"failed"`` (diverged, crashed, out of memory ...).
+        val_ne: NE on the validation split; what strategies rank by. Required when ok.
+        test_ne, test_auc, test_logloss: held-out metrics, reported only.
+        mflops: forward MFLOPs per example. Required when ok.
+        params: number of model parameters.
+        train_seconds: wall time of training.
+        error: why a failed trial failed.
+    """
+
+    status: str = "ok"
+    val_ne: float | None = None
+    test_ne: float | None = None
+    test_auc: float | None = None
+    test_logloss: float | None = None
+    mflops: float | None = None
+    params: int | None = None
+    train_seconds: float | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"TrialResult status must be one of {STATUSES}, got {self.status!r}")
+        if self.ok:
+            for name in ("val_ne", "mflops"):
+                value = getattr(self, name)
+                if value is None or not math.isfinite(value):
+                    raise ValueError(f"an ok TrialResult needs a finite {name}, got {value!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def failure(
+        cls, error: str, *, mflops: float | None = None, params: int | None = None,
+        train_seconds: float | None = None,
+    ) -> TrialResult:
+        """A failed trial with its error message (and whatever was known before it failed)."""
+        return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds)
+
+    @classmethod
+    def from_metrics(
+        cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
+        train_seconds: float | None = None,
+    ) -> TrialResult:
+        """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.score``."""
+        return cls(
+            val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
+            test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
+            train_seconds=train_seconds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown TrialResult keys {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+
+class Strategy(ABC):
+    """Proposes architectures (``ask``) and learns from their results (``tell``).
+
+    Args:
+        space: the search space (see :class:`Space`).
+        seed: seeds the strategy's own ``numpy.random.Generator``.
+        objective: ranks results (NE plus a FLOPs penalty); NE alone when omitted.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, space: Space, *, seed: int, objective: Objective | None = None) -> None:
+        self.space = space
+        self.seed = seed
+        self.objective = objective if objective is not None else Objective()
+        self.rng = np.random.default_rng(seed)
+
+    @abstractmethod
+    def ask(self) -> Architecture:
+        """The next architecture to train; raises :class:`SpaceExhausted` when none is new."""
+
+    @abstractmethod
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        """Report the result of an architecture this strategy proposed (ok or failed)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue, as JSON-serializable data."""
+        return {"strategy": self.name, "seed": self.seed, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into a strategy built with the same space and options."""
+        if state.get("strategy") != self.name:
+            raise ValueError(f"state of strategy {state.get('strategy')!r} loaded into {self.name!r}")
+        self.rng.bit_generator.state = state["rng"]
+
+
+STRATEGIES: dict[str, type[Strategy]] = {}
+
+
+def register_strategy(name: str):
+    """Class decorator adding a strategy to :data:`STRATEGIES`; a second one of a name is an error."""
+
+    def wrap(cls: type[Strategy]) -> type[Strategy]:
+        if name in STRATEGIES:
+            raise ValueError(f"strategy {name!r} is already registered ({STRATEGIES[name].__qualname__})")
+        if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+            raise TypeError(f"strategy {name!r} must subclass Strategy, got {cls!r}")
+        cls.name = name
+        STRATEGIES[name] = cls
+        return cls
+
+    return wrap
+
+
+def strategy_options(name: str) -> dict[str, inspect.Parameter]:
+    """The keyword options strategy ``name`` accepts beyond ``seed`` and ``objective``."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}")
+    sig = inspect.signature(STRATEGIES[name].__init__)
+    return {
+        n: p for n, p in sig.parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and n not in ("seed", "objective")
+    }
+
+
+def build_strategy(
+    name: str, space: Space, *, seed: int, objective: Objective | None = None, **options: Any
+) -> Strategy:
+    """Construct strategy ``name``; an option it does not accept raises ``ValueError`` naming it."""
+    accepted = strategy_options(name)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"strategy {name!r}: unknown options {unknown}; accepted: {sorted(accepted)}")
+    return STRATEGIES[name](space, seed=seed, objective=objective, **options)
+
+
+__all__ = [
+    "STRATEGIES",
+    "Space",
+    "SpaceExhausted",
+    "Strategy",
+    "TrialResult",
+    "arch_hash",
+    "build_strategy",
+    "register_strategy",
+    "strategy_options",
+]

@@ -1,0 +1,99 @@
+"""Regularized (aging) evolution (Real et al., AAAI 2019, arXiv 1802.01548).
+
+The population is the ``population`` most recently finished trials. Until that many have
+finished, asks are uniform samples (the random initial population). After that each ask runs a
+tournament: ``sample_size`` members drawn without replacement, the one with the lowest objective
+wins (failed trials score ``inf``, so they never win against a finished one), and the child is
+``space.mutate(winner)``. A child whose genotype was proposed before is rejected and the
+tournament repeated (NASRec); after ``max_retries`` rejections the ask falls back to a new uniform
+sample. Ageing needs no bookkeeping: a trial leaves the population when ``population`` newer
+ones have finished, whatever its score.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rankitect.search.base import Space, Strategy, TrialResult, arch_hash, register_strategy
+from rankitect.search.history import Record, make_history
+from rankitect.search.objective import Objective
+from rankitect.search.random_search import sample_new
+
+if TYPE_CHECKING:
+    from rankitect.space import Architecture
+
+
+@register_strategy("evolution")
+class RegularizedEvolution(Strategy):
+    """Aging evolution with tournament selection and duplicate rejection by genotype hash.
+
+    Args:
+        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        population: size ``P`` of the population (and of the random initial population).
+        sample_size: tournament size ``S`` (at most ``P``).
+        num_mutations: choices changed per mutation.
+        max_retries: rejected children (or random samples) per ask before giving up.
+        storage, study_name: share history and population through an Optuna RDB study (see
+            :mod:`rankitect.search.history`).
+    """
+
+    def __init__(
+        self, space: Space, *, seed: int, objective: Objective | None = None, population: int = 16,
+        sample_size: int = 4, num_mutations: int = 1, max_retries: int = 100,
+        storage: str | None = None, study_name: str | None = None,
+    ) -> None:
+        super().__init__(space, seed=seed, objective=objective)
+        if population < 1:
+            raise ValueError(f"population must be >= 1, got {population}")
+        if not 1 <= sample_size <= population:
+            raise ValueError(f"sample_size must be in [1, population={population}], got {sample_size}")
+        if num_mutations < 1 or max_retries < 1:
+            raise ValueError(f"num_mutations and max_retries must be >= 1, got {num_mutations}, {max_retries}")
+        self.population, self.sample_size = population, sample_size
+        self.num_mutations, self.max_retries = num_mutations, max_retries
+        self.history = make_history(space, storage, study_name)
+
+    def ask(self) -> Architecture:
+        finished, seen = self.history.finished(), self.history.seen()
+        found = None
+        if len(finished) >= self.population:
+            found = self._mutate_new(finished[-self.population:], seen)
+        if found is None:
+            found = sample_new(self.space, self.rng, seen, self.max_retries)
+        arch, h, sample = found
+        self.history.start(h, sample)
+        return arch
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        h = arch_hash(arch)
+        if not self.history.is_pending(h):
+            raise ValueError(f"told architecture {h} that was not asked (or was told already)")
+        self.history.finish(h, self.objective(result))
+
+    def tournament(self, members: list[Record]) -> Record:
+        """The best of ``sample_size`` members drawn without replacement (first drawn wins ties)."""
+        drawn = self.rng.choice(len(members), size=self.sample_size, replace=False)
+        return min((members[int(i)] for i in drawn), key=lambda r: r.value)
+
+    def _mutate_new(self, members: list[Record], seen: set[str]) -> tuple[Architecture, str, dict] | None:
+        for _ in range(self.max_retries):
+            parent = self.space.decode(self.tournament(members).sample)
+            child = self.space.mutate(parent, self.rng, num_mutations=self.num_mutations)
+            h = arch_hash(child)
+            if h not in seen:
+                return child, h, self._encode(child, h)
+        return None
+
+    def _encode(self, child: Architecture, h: str) -> dict[str, Any]:
+        # The history keeps flat samples, so the child must be one the space can decode again.
+        sample = self.space.encode(child)
+        if sample is None or arch_hash(self.space.decode(sample)) != h:
+            raise ValueError(f"space.mutate gave architecture {h}, which space.encode cannot represent")
+        return sample
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "history": self.history.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.history.load_state_dict(state["history"])

@@ -1,0 +1,113 @@
+"""What random search and evolution remember: the architectures proposed and their results.
+
+Two backends with one interface:
+
+* :class:`LocalHistory` (the default): plain lists, saved whole in the strategy's ``state_dict``.
+* :class:`StudyHistory` (``storage=`` an Optuna RDB URL plus ``study_name``): every proposal is an
+  Optuna trial of a shared study, its params the flat sample of the space, its value the
+  objective. Processes sharing the study share one history: duplicates are rejected across all
+  of them (running trials included), and evolution draws its population from the most recently
+  finished trials of every process, which is asynchronous regularized evolution over one shared
+  population (as run by Real et al. with many workers). The ``state_dict`` then only keeps this
+  process's running trials; the rest lives in the database. The study also holds TPE's trials
+  when ``tpe`` shares it (one objective, minimized), so a search may change strategy midway.
+
+Records are kept in the order they finished; failed ones have value ``inf`` (worst).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rankitect.search import _optuna
+from rankitect.search.base import Space
+
+
+@dataclass(frozen=True)
+class Record:
+    """One finished proposal: genotype hash, flat sample (``space.decode`` gives it back), value."""
+
+    hash: str
+    sample: dict[str, Any]
+    value: float  # the objective; inf when the trial failed
+
+
+class LocalHistory:
+    """In-process history, serialized in full."""
+
+    def __init__(self) -> None:
+        self._finished: list[Record] = []
+        self._pending: dict[str, dict[str, Any]] = {}
+
+    def start(self, h: str, sample: dict[str, Any]) -> None:
+        self._pending[h] = sample
+
+    def finish(self, h: str, value: float) -> None:
+        """Finish pending ``h`` with objective ``value`` (``inf`` when failed)."""
+        sample = self._pending.pop(h)
+        self._finished.append(Record(h, sample, value))
+
+    def is_pending(self, h: str) -> bool:
+        return h in self._pending
+
+    def finished(self) -> list[Record]:
+        return list(self._finished)
+
+    def seen(self) -> set[str]:
+        return {r.hash for r in self._finished} | set(self._pending)
+
+    def state_dict(self) -> dict[str, Any]:
+        # JSON has no inf: a failed record is stored with value None
+        finished = [[r.hash, r.sample, None if math.isinf(r.value) else r.value] for r in self._finished]
+        return {"finished": finished, "pending": dict(self._pending)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._finished = [Record(h, s, math.inf if v is None else v) for h, s, v in state["finished"]]
+        self._pending = dict(state["pending"])
+
+
+class StudyHistory:
+    """History kept in a named Optuna study of an RDB storage, shared by every process using it."""
+
+    def __init__(self, space: Space, storage: str, study_name: str | None) -> None:
+        self.space = space
+        self.study = _optuna.open_study(storage, study_name, ["minimize"])
+        self._pending: dict[str, int] = {}  # genotype hash -> trial number, this process only
+
+    def start(self, h: str, sample: dict[str, Any]) -> None:
+        self._pending[h] = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
+
+    def finish(self, h: str, value: float) -> None:
+        number = self._pending.pop(h)
+        state = "FAIL" if math.isinf(value) else "COMPLETE"
+        optuna = _optuna.import_optuna()
+        self.study.tell(number, None if state == "FAIL" else value, state=optuna.trial.TrialState[state])
+
+    def is_pending(self, h: str) -> bool:
+        return h in self._pending
+
+    def finished(self) -> list[Record]:
+        optuna = _optuna.import_optuna()
+        done = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL))
+        done = [t for t in done if _optuna.HASH_ATTR in t.user_attrs and _optuna.DUPLICATE_ATTR not in t.user_attrs]
+        done.sort(key=lambda t: (t.datetime_complete, t.number))
+        return [Record(t.user_attrs[_optuna.HASH_ATTR], t.params, math.inf if t.value is None else t.value) for t in done]
+
+    def seen(self) -> set[str]:
+        trials = self.study.get_trials(deepcopy=False)
+        return {t.user_attrs[_optuna.HASH_ATTR] for t in trials if _optuna.HASH_ATTR in t.user_attrs}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": dict(self._pending)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._pending = {h: int(n) for h, n in state["pending"].items()}
+
+
+def make_history(space: Space, storage: str | None, study_name: str | None) -> LocalHistory | StudyHistory:
+    """:class:`LocalHistory` without ``storage``, else :class:`StudyHistory`."""
+    if storage is None:
+        return LocalHistory()
+    return StudyHistory(space, storage, study_name)

@@ -1,0 +1,182 @@
+"""Optuna's samplers over the space's flat choices: TPE (one objective) and NSGA-II (NE and MFLOPs).
+
+Each ask starts an Optuna trial, suggests every labelled choice with ``suggest_categorical`` and
+decodes the suggestion; each tell completes that trial with its values, or marks it FAIL. The
+sampler is rebuilt at every ask, seeded from the strategy's own generator, so that the study's
+trials plus that generator are the whole state (a restored strategy continues exactly).
+
+A suggestion whose genotype was already proposed is not handed out: the duplicate trial is marked
+FAIL with a ``duplicate_of`` attribute (FAIL, not a copy of the earlier values, so the sampler's
+model does not count one point twice) and the ask tries again with a fresh seed. A converged
+model keeps suggesting what it already has, so after ``model_tries`` duplicates in one ask the
+remaining tries are uniform samples (random search's exploration, Optuna's ``RandomSampler``).
+
+By default the study lives in memory and the ``state_dict`` holds its trials. With ``storage``
+(an Optuna RDB URL: ``sqlite:///search.db``, ``postgresql://...``) and ``study_name`` the study is
+shared: several processes, on one or many machines, ask and tell into it, and the ``state_dict``
+keeps only this process's running trials. TPE runs with ``constant_liar`` so that trials running
+elsewhere push suggestions away from themselves.
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rankitect.search import _optuna
+from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
+from rankitect.search.objective import Objective
+
+if TYPE_CHECKING:
+    from rankitect.space import Architecture
+
+
+class OptunaStrategy(Strategy):
+    """Shared ask/tell over an Optuna study; subclasses give the sampler and the trial's values.
+
+    Args:
+        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        storage: an Optuna RDB URL to share the study through; ``None`` keeps it in memory.
+        study_name: the study's name in ``storage`` (required with ``storage``).
+        max_retries: duplicate suggestions per ask before giving up with ``SpaceExhausted``.
+    """
+
+    directions: ClassVar[list[str]]
+    model_tries: ClassVar[int] = 10  # sampler suggestions per ask before uniform ones
+
+    def __init__(
+        self, space: Space, *, seed: int, objective: Objective | None = None, storage: str | None = None,
+        study_name: str | None = None, max_retries: int = 100,
+    ) -> None:
+        super().__init__(space, seed=seed, objective=objective)
+        if max_retries < 1:
+            raise ValueError(f"max_retries must be >= 1, got {max_retries}")
+        self.storage, self.study_name, self.max_retries = storage, study_name, max_retries
+        self.study = _optuna.open_study(storage, study_name, self.directions)
+        self._pending: dict[str, int] = {}  # genotype hash -> trial number
+
+    @abstractmethod
+    def make_sampler(self, seed: int) -> Any:
+        """The Optuna sampler for one ask."""
+
+    @abstractmethod
+    def values(self, result: TrialResult) -> list[float]:
+        """The values an ok trial is completed with, one per direction."""
+
+    def ask(self) -> Architecture:
+        optuna = _optuna.import_optuna()
+        for attempt in range(self.max_retries):
+            seed = int(self.rng.integers(2**31 - 1))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                uniform = attempt >= self.model_tries
+                self.study.sampler = optuna.samplers.RandomSampler(seed) if uniform else self.make_sampler(seed)
+            known = self._known()
+            trial = self.study.ask()
+            sample = {label: trial.suggest_categorical(label, c.options) for label, c in self.space.choices.items()}
+            arch = self.space.decode(sample)
+            h = arch_hash(arch)
+            trial.set_user_attr(_optuna.HASH_ATTR, h)
+            earlier = known.get(h)
+            if earlier is None:
+                self._pending[h] = trial.number
+                return arch
+            trial.set_user_attr(_optuna.DUPLICATE_ATTR, earlier.number)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise SpaceExhausted(f"{self.name}: {self.max_retries} suggestions in a row were already proposed")
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        h = arch_hash(arch)
+        if h not in self._pending:
+            raise ValueError(f"told architecture {h} that was not asked (or was told already)")
+        number = self._pending.pop(h)
+        if result.ok:
+            self.study.tell(number, self.values(result))
+        else:
+            optuna = _optuna.import_optuna()
+            self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+
+    def _known(self) -> dict[str, Any]:
+        """Genotype hash -> the first trial that proposed it (running, complete or failed)."""
+        known: dict[str, Any] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            h = t.user_attrs.get(_optuna.HASH_ATTR)
+            if h is not None and _optuna.DUPLICATE_ATTR not in t.user_attrs:
+                known.setdefault(h, t)
+        return known
+
+    def state_dict(self) -> dict[str, Any]:
+        study = _optuna.snapshot(self.study) if self.storage is None else None
+        return {**super().state_dict(), "pending": dict(self._pending), "study": study}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._pending = {h: int(n) for h, n in state["pending"].items()}
+        if self.storage is None:
+            self.study = _optuna.open_study(None, self.study_name, self.directions)
+            _optuna.restore(self.study, self.space, state["study"])
+
+
+@register_strategy("tpe")
+class TPESearch(OptunaStrategy):
+    """Tree-structured Parzen estimator (Bergstra et al. 2011) on the objective (NE + FLOPs penalty).
+
+    Args:
+        n_startup_trials: uniform trials before the density model takes over.
+        multivariate: model the choices jointly (Falkner et al. 2018) instead of one by one.
+        storage, study_name, max_retries: see :class:`OptunaStrategy`.
+    """
+
+    directions: ClassVar[list[str]] = ["minimize"]
+
+    def __init__(
+        self, space: Space, *, seed: int, objective: Objective | None = None, n_startup_trials: int = 10,
+        multivariate: bool = False, storage: str | None = None, study_name: str | None = None,
+        max_retries: int = 100,
+    ) -> None:
+        if n_startup_trials < 0:
+            raise ValueError(f"n_startup_trials must be >= 0, got {n_startup_trials}")
+        self.n_startup_trials, self.multivariate = n_startup_trials, multivariate
+        super().__init__(space, seed=seed, objective=objective, storage=storage, study_name=study_name,
+                         max_retries=max_retries)
+
+    def make_sampler(self, seed: int) -> Any:
+        optuna = _optuna.import_optuna()
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials,
+                                          multivariate=self.multivariate, constant_liar=True)
+
+    def values(self, result: TrialResult) -> list[float]:
+        return [self.objective(result)]
+
+
+@register_strategy("nsga2")
+class NSGA2Search(OptunaStrategy):
+    """NSGA-II (Deb et al. 2002) on two objectives, validation NE and MFLOPs, both minimized.
+
+    The ``objective`` is not used for selection here (the Pareto front is the goal); it still
+    ranks the final candidates.
+
+    Args:
+        population_size: individuals per generation (the first generation is uniform).
+        storage, study_name, max_retries: see :class:`OptunaStrategy`.
+    """
+
+    directions: ClassVar[list[str]] = ["minimize", "minimize"]
+
+    def __init__(
+        self, space: Space, *, seed: int, objective: Objective | None = None, population_size: int = 10,
+        storage: str | None = None, study_name: str | None = None, max_retries: int = 100,
+    ) -> None:
+        if population_size < 2:
+            raise ValueError(f"population_size must be >= 2, got {population_size}")
+        self.population_size = population_size
+        super().__init__(space, seed=seed, objective=objective, storage=storage, study_name=study_name,
+                         max_retries=max_retries)
+
+    def make_sampler(self, seed: int) -> Any:
+        optuna = _optuna.import_optuna()
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=self.population_size)
+
+    def values(self, result: TrialResult) -> list[float]:
+        return [float(result.val_ne), float(result.mflops)]

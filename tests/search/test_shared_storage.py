@@ -1,0 +1,71 @@
+"""Strategies sharing one Optuna RDB study (what several search processes do), on SQLite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rankitect.search import build_strategy
+from tests.search.toy import ToySpace, toy_result
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    # one database per module: creating its tables is the slow part
+    return f"sqlite:///{tmp_path_factory.mktemp('optuna')}/search.db"
+
+
+def interleave(strategies, rounds):
+    hashes = []
+    for _ in range(rounds):
+        archs = [(s, s.ask()) for s in strategies]  # every process has one trial in flight
+        hashes += [a.hash for _, a in archs]
+        for s, a in archs:
+            s.tell(a, toy_result(a))
+    return hashes
+
+
+def test_evolution_processes_share_history_and_population(storage):
+    first = build_strategy("evolution", ToySpace(), seed=0, population=4, sample_size=2,
+                           storage=storage, study_name="evo")
+    hashes = interleave([first], 4)
+    space = ToySpace()
+    second = build_strategy("evolution", space, seed=1, population=4, sample_size=2,
+                            storage=storage, study_name="evo")
+    second.ask()  # four trials finished elsewhere: the population is full, so this is a child
+    assert space.mutated_from and set(a.hash for a in space.mutated_from) <= set(hashes)
+    more = interleave([first, second], 4)
+    assert len(set(hashes + more)) == len(hashes + more)
+
+
+def test_tpe_and_random_share_one_study_without_duplicates(storage):
+    tpe = build_strategy("tpe", ToySpace(), seed=0, n_startup_trials=3, storage=storage, study_name="mixed")
+    rnd = build_strategy("random", ToySpace(), seed=0, storage=storage, study_name="mixed")
+    hashes = interleave([tpe, rnd], 6)
+    assert len(set(hashes)) == len(hashes)
+    assert len({t.number for t in tpe.study.trials}) >= 12
+
+
+def test_state_dict_keeps_only_the_running_trials_and_resumes(storage):
+    nsga = build_strategy("nsga2", ToySpace(), seed=0, population_size=4, storage=storage, study_name="nsga")
+    interleave([nsga], 3)
+    running = nsga.ask()
+    state = json.loads(json.dumps(nsga.state_dict()))
+    assert state["study"] is None and list(state["pending"]) == [running.hash]
+    resumed = build_strategy("nsga2", ToySpace(), seed=0, population_size=4, storage=storage, study_name="nsga")
+    resumed.load_state_dict(state)
+    result = toy_result(running)
+    resumed.tell(running, result)
+    trial = resumed.study.trials[state["pending"][running.hash]]
+    assert trial.user_attrs["genotype_hash"] == running.hash
+    assert trial.values == ([result.val_ne, result.mflops] if result.ok else None)
+    assert trial.state.name == ("COMPLETE" if result.ok else "FAIL")
+
+
+def test_a_study_with_other_directions_or_no_name_is_refused(storage):
+    build_strategy("tpe", ToySpace(), seed=0, storage=storage, study_name="single")
+    with pytest.raises(ValueError, match="directions"):
+        build_strategy("nsga2", ToySpace(), seed=0, storage=storage, study_name="single")
+    with pytest.raises(ValueError, match="study_name"):
+        build_strategy("evolution", ToySpace(), seed=0, storage=storage)
