@@ -1,0 +1,328 @@
+"""The genotype: an architecture as plain, hashable, JSON-round-trippable data.
+
+An :class:`Architecture` is a list of block genes evaluated in order, a head, and the embedding
+dimension. A gene names a registered block op, its inputs and its params; inputs are earlier genes
+(by index) or the raw inputs ``"dense"`` (the flat ``(B, n_dense)`` features) and ``"sparse"`` (the
+field ``(B, n_sparse, D)`` embeddings). How inputs of another kind are adapted (flatten; project to
+``tokens`` tokens) is the builder's business (:mod:`rankitect.space.builder`); genes are data only.
+
+Every field tensor in a model has the embedding dimension ``D``, so field inputs always
+concatenate along the field axis. Genes are validated on construction; a ``ValueError`` names the
+field at fault (``blocks[3].inputs[1]``, ``head.widths[0]``, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Union
+
+import rankitect.blocks  # noqa: F401  (importing the package registers every block)
+from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
+
+RAW_INPUTS = ("dense", "sparse")
+InputRef = Union[int, str]
+_SCALARS = (bool, int, float, str)
+# Int params that may be 0 (everything else int-valued must be >= 1): DCN's full-rank switch.
+_ZERO_OK = {("dcn", "low_rank")}
+
+
+def _freeze(key: str, value: Any) -> Any:
+    """A JSON-scalar param value, or a tuple of them (lists become tuples)."""
+    if isinstance(value, (list, tuple)):
+        items = tuple(value)
+        if not all(isinstance(v, _SCALARS) for v in items):
+            raise ValueError(f"params[{key!r}]: list items must be int/float/bool/str, got {value!r}")
+        return items
+    if not isinstance(value, _SCALARS):
+        raise ValueError(f"params[{key!r}]: must be int/float/bool/str or a list of them, got {value!r}")
+    return value
+
+
+class Params(Mapping[str, Any]):
+    """An immutable, hashable, key-sorted mapping of a gene's params (lists held as tuples).
+
+    >>> p = Params({"width": 8, "modules": ["dot", "fm"]})
+    >>> list(p), p["modules"], p.to_dict()
+    (['modules', 'width'], ('dot', 'fm'), {'modules': ['dot', 'fm'], 'width': 8})
+    >>> p == Params({"modules": ("dot", "fm"), "width": 8}) and hash(p) == hash(Params(p))
+    True
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        items = dict(data or {})
+        for k in items:
+            if not isinstance(k, str):
+                raise ValueError(f"params: keys must be strings, got {k!r}")
+        self._items: tuple[tuple[str, Any], ...] = tuple(sorted((k, _freeze(k, v)) for k, v in items.items()))
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Params):
+            return self._items == other._items
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Params({dict(self._items)!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self._items}
+
+
+def _check_int(where: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{where}: must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_input(where: str, ref: Any) -> InputRef:
+    if isinstance(ref, str) and ref in RAW_INPUTS:
+        return ref
+    if isinstance(ref, int) and not isinstance(ref, bool) and ref >= 0:
+        return ref
+    raise ValueError(f"{where}: must be an earlier block index or one of {RAW_INPUTS}, got {ref!r}")
+
+
+def _check_inputs(where: str, inputs: Any) -> tuple[InputRef, ...]:
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
+        raise ValueError(f"{where}: must be a non-empty list of inputs, got {inputs!r}")
+    refs = tuple(_check_input(f"{where}[{i}]", r) for i, r in enumerate(inputs))
+    if len(set(refs)) != len(refs):
+        raise ValueError(f"{where}: duplicate inputs in {list(refs)}")
+    return refs
+
+
+def _canonical_params(op: str, params: Mapping[str, Any]) -> Params:
+    """Params with every accepted key (defaults filled in), checked for unknown/missing keys."""
+    accepted = block_params(op)
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(f"params: unknown {unknown} for op {op!r}; accepted: {sorted(accepted)}")
+    full = dict(params)
+    for name, p in accepted.items():
+        if name not in full:
+            if p.default is inspect.Parameter.empty:
+                raise ValueError(f"params: missing {name!r} for op {op!r}")
+            full[name] = p.default
+    frozen = Params(full)
+    for name, value in frozen.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check_int(f"params[{name!r}]", value, 0 if (op, name) in _ZERO_OK else 1)
+    return frozen
+
+
+@dataclass(frozen=True)
+class BlockGene:
+    """One block: ``op`` applied to the concatenation of ``inputs``, built with ``params``.
+
+    Args:
+        op: a registered block name (:data:`rankitect.blocks.BLOCKS`).
+        inputs: earlier gene indices and/or ``"dense"`` / ``"sparse"``, no duplicates.
+        params: the block's keyword params; missing ones take the block's defaults.
+        tokens: for a field-input op, how many ``D``-dim tokens its flat inputs are projected to
+            (together, after concatenation); must stay 1 when the op has no flat input.
+
+    >>> BlockGene("mlp", ["dense"], {"width": 8}).params["num_layers"]
+    1
+    """
+
+    op: str
+    inputs: tuple[InputRef, ...]
+    params: Params = field(default_factory=Params)
+    tokens: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.op, str):
+            raise ValueError(f"op: must be a block name, got {self.op!r}")
+        try:
+            get_block_class(self.op)
+        except ValueError as err:
+            raise ValueError(f"op: {err}") from None
+        object.__setattr__(self, "inputs", _check_inputs("inputs", self.inputs))
+        object.__setattr__(self, "params", _canonical_params(self.op, self.params))
+        _check_int("tokens", self.tokens, 1)
+
+    @property
+    def in_kind(self) -> str:
+        return get_block_class(self.op).in_kind
+
+    @property
+    def out_kind(self) -> str:
+        return get_block_class(self.op).out_kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "inputs": list(self.inputs), "params": self.params.to_dict(), "tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BlockGene:
+        _check_keys("block", d, {"op", "inputs", "params", "tokens"}, {"op", "inputs"})
+        return cls(op=d["op"], inputs=tuple(d["inputs"]), params=Params(d.get("params", {})), tokens=d.get("tokens", 1))
+
+
+@dataclass(frozen=True)
+class HeadGene:
+    """The final MLP: ``widths`` hidden layers (Linear + ReLU), then a Linear to one logit.
+
+    ``inputs`` are flattened and concatenated; empty means "the last block" (filled in by
+    :class:`Architecture`).
+    """
+
+    inputs: tuple[InputRef, ...] = ()
+    widths: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        inputs = tuple(self.inputs)
+        object.__setattr__(self, "inputs", _check_inputs("inputs", inputs) if inputs else ())
+        if isinstance(self.widths, (str, bytes)) or not isinstance(self.widths, Sequence):
+            raise ValueError(f"widths: must be a list of ints, got {self.widths!r}")
+        widths = tuple(_check_int(f"widths[{i}]", w, 1) for i, w in enumerate(self.widths))
+        object.__setattr__(self, "widths", widths)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inputs": list(self.inputs), "widths": list(self.widths)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HeadGene:
+        _check_keys("head", d, {"inputs", "widths"}, set())
+        return cls(inputs=tuple(d.get("inputs", ())), widths=tuple(d.get("widths", ())))
+
+
+def _check_keys(what: str, d: Any, allowed: set[str], required: set[str]) -> None:
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{what}: must be a JSON object, got {d!r}")
+    unknown, missing = sorted(set(d) - allowed), sorted(required - set(d))
+    if unknown:
+        raise ValueError(f"{what}: unknown keys {unknown}; allowed: {sorted(allowed)}")
+    if missing:
+        raise ValueError(f"{what}: missing keys {missing}")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A whole model as data: block genes in evaluation order, a head, the embedding dimension.
+
+    Every block's output must be used (by a later block or by the head), so no computation is
+    dead. ``rocs`` asks the builder for ROCS masking (request-side fields first).
+
+    >>> arch = Architecture(
+    ...     blocks=(BlockGene("mlp", ("dense",), {"width": 16}),
+    ...             BlockGene("dot", (0, "sparse"), tokens=1)),
+    ...     head=HeadGene(inputs=(1, 0), widths=(32,)), embedding_dim=8)
+    >>> Architecture.from_json(arch.to_json()) == arch, len(arch.hash)
+    (True, 16)
+    >>> Architecture(blocks=(BlockGene("mlp", ("dense",), {"width": 16}),), embedding_dim=8).head.inputs
+    (0,)
+    """
+
+    blocks: tuple[BlockGene, ...]
+    head: HeadGene = field(default_factory=HeadGene)
+    embedding_dim: int = 16
+    rocs: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "blocks", tuple(self.blocks))
+        _check_int("embedding_dim", self.embedding_dim, 1)
+        if not isinstance(self.rocs, bool):
+            raise ValueError(f"rocs: must be a bool, got {self.rocs!r}")
+        for i, gene in enumerate(self.blocks):
+            if not isinstance(gene, BlockGene):
+                raise ValueError(f"blocks[{i}]: must be a BlockGene, got {gene!r}")
+            self._check_gene(i, gene)
+        if not isinstance(self.head, HeadGene):
+            raise ValueError(f"head: must be a HeadGene, got {self.head!r}")
+        if not self.head.inputs:
+            if not self.blocks:
+                raise ValueError("head.inputs: must be given when there are no blocks")
+            object.__setattr__(self, "head", HeadGene(inputs=(len(self.blocks) - 1,), widths=self.head.widths))
+        for j, ref in enumerate(self.head.inputs):
+            if isinstance(ref, int) and ref >= len(self.blocks):
+                raise ValueError(f"head.inputs[{j}]: block {ref} does not exist ({len(self.blocks)} blocks)")
+        used = {r for g in self.blocks for r in g.inputs} | set(self.head.inputs)
+        for i in range(len(self.blocks)):
+            if i not in used:
+                raise ValueError(f"blocks[{i}]: its output is used by no later block and not by the head")
+
+    def _check_gene(self, i: int, gene: BlockGene) -> None:
+        for j, ref in enumerate(gene.inputs):
+            if isinstance(ref, int) and ref >= i:
+                raise ValueError(f"blocks[{i}].inputs[{j}]: {ref} is not an earlier block (index >= {i})")
+        heads = gene.params.get("num_heads")
+        if heads is not None and self.embedding_dim % heads:
+            raise ValueError(
+                f"blocks[{i}].params['num_heads']: embedding_dim={self.embedding_dim} is not divisible by {heads}"
+            )
+        has_flat = any(self.kind_of(r) == FLAT for r in gene.inputs)
+        if gene.tokens != 1 and not (gene.in_kind == FIELD and has_flat):
+            raise ValueError(f"blocks[{i}].tokens: {gene.tokens} given but op {gene.op!r} projects no flat input")
+
+    def kind_of(self, ref: InputRef) -> str:
+        """``"flat"`` or ``"field"``: the kind of an input reference's tensor."""
+        if ref == "dense":
+            return FLAT
+        if ref == "sparse":
+            return FIELD
+        return self.blocks[int(ref)].out_kind
+
+    def uses(self, raw: str) -> bool:
+        """Whether any gene or the head reads the raw input ``"dense"`` or ``"sparse"``."""
+        return any(raw in g.inputs for g in self.blocks) or raw in self.head.inputs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "blocks": [g.to_dict() for g in self.blocks],
+            "head": self.head.to_dict(),
+            "embedding_dim": self.embedding_dim,
+            "rocs": self.rocs,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Architecture:
+        _check_keys("architecture", d, {"blocks", "head", "embedding_dim", "rocs"}, {"blocks"})
+        if not isinstance(d["blocks"], list):
+            raise ValueError(f"blocks: must be a list, got {d['blocks']!r}")
+        genes = []
+        for i, g in enumerate(d["blocks"]):
+            try:
+                genes.append(BlockGene.from_dict(g))
+            except ValueError as err:
+                raise ValueError(f"blocks[{i}].{err}") from None
+        try:
+            head = HeadGene.from_dict(d.get("head", {}))
+        except ValueError as err:
+            raise ValueError(f"head.{err}") from None
+        return cls(blocks=tuple(genes), head=head, embedding_dim=d.get("embedding_dim", 16), rocs=d.get("rocs", False))
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Canonical JSON (sorted keys; compact unless ``indent`` is given)."""
+        if indent is None:
+            return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Architecture:
+        return cls.from_dict(json.loads(text))
+
+    @cached_property
+    def hash(self) -> str:
+        """The first 16 hex digits of the sha256 of the canonical JSON: stable across runs."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]

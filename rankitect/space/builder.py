@@ -1,0 +1,262 @@
+"""Turn an :class:`~rankitect.space.architecture.Architecture` into a plain ``nn.Module``.
+
+Inputs: ``"sparse"`` is the :class:`~rankitect.blocks.embedding.SparseEmbedding` field tensor
+``(B, n_sparse, D)`` (field order); ``"dense"`` is ``batch.dense`` ``(B, n_dense)``. A gene's inputs
+are adapted to what its block takes (:class:`InputAdapter`):
+
+* flat block: every input flattened (``(B, N, D) -> (B, N*D)``) and concatenated, in listed order;
+* two-input flat block: ``left`` = the first input, ``right`` = the rest concatenated
+  (``right = left`` when there is only one input);
+* field block: field inputs concatenated along the field axis in listed order, then the flat
+  inputs, concatenated, projected by one Linear ``(B, W) -> (B, tokens*D)`` and viewed as
+  ``tokens`` extra fields ``(B, tokens, D)`` appended last (``tokens`` is the gene's, 1 by default:
+  DLRM's projection of the dense vector to one embedding).
+
+The head flattens and concatenates its inputs, then ``widths`` Linear+ReLU layers and a Linear to
+one logit. With ``arch.rocs`` every tensor carries its request-side count (fields or units, always
+a prefix): concatenations put the request parts of all inputs first, dense features are reordered
+request side first, and blocks are built masked (``request_in``), so request-side outputs depend on
+request-side inputs only (ROCS Generalized Layer Masking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
+from rankitect.blocks.common import MaskedLinear, request_share
+from rankitect.blocks.embedding import SparseEmbedding
+from rankitect.data.batch import Batch
+from rankitect.data.spec import FeatureSpec
+from rankitect.space.architecture import Architecture, InputRef
+
+Shape = tuple[int, ...]
+
+
+def _cat(xs: Sequence[torch.Tensor], rs: Sequence[int], masked: bool) -> torch.Tensor:
+    """Concatenate along dim 1; masked, the request prefixes of all inputs go first."""
+    if len(xs) == 1:
+        return xs[0]
+    if not masked:
+        return torch.cat(list(xs), dim=1)
+    return torch.cat([x[:, :r] for x, r in zip(xs, rs)] + [x[:, r:] for x, r in zip(xs, rs)], dim=1)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dim() == 2 else x.reshape(x.shape[0], -1)  # (B, N, D) -> (B, N*D)
+
+
+def _flat_size(shape: Shape) -> int:
+    return shape[0] if len(shape) == 1 else shape[0] * shape[1]
+
+
+def _flat_r(shape: Shape, r: int) -> int:
+    """Request units of a flattened input: field order makes the request fields a prefix."""
+    return r if len(shape) == 1 else r * shape[1]
+
+
+class InputAdapter(nn.Module):
+    """Brings a gene's input tensors to the kind and arity its block takes (see module docstring).
+
+    Args:
+        shapes: per input, ``(N, D)`` (field) or ``(W,)`` (flat), without the batch axis.
+        requests: per input, its request-side count (all 0 when unmasked).
+        in_kind: the block's input kind, ``"field"`` or ``"flat"``.
+        num_inputs: 1, or 2 for ``left``/``right`` blocks.
+        tokens: fields the flat inputs of a field block are projected to.
+        dim: the embedding dimension ``D``.
+        masked: whether ROCS masking is on.
+    """
+
+    def __init__(
+        self,
+        shapes: Sequence[Shape],
+        requests: Sequence[int],
+        *,
+        in_kind: str,
+        num_inputs: int,
+        tokens: int,
+        dim: int,
+        masked: bool,
+    ) -> None:
+        super().__init__()
+        self.in_kind, self.num_inputs, self.tokens, self.dim, self.masked = in_kind, num_inputs, tokens, dim, masked
+        self.is_field = [len(s) == 2 for s in shapes]
+        self.flat_r = [_flat_r(s, r) for s, r in zip(shapes, requests)]
+        self.field_r = [r if f else 0 for r, f in zip(requests, self.is_field)]
+        self.proj: MaskedLinear | None = None
+        if in_kind == FIELD:
+            self._init_field(shapes, requests)
+        elif num_inputs == 2:
+            rest = list(range(1, len(shapes))) or [0]
+            self.out_shape = (_flat_size(shapes[0]), sum(_flat_size(shapes[i]) for i in rest))
+            self.request_in: int | tuple[int, int] | None = (
+                (self.flat_r[0], sum(self.flat_r[i] for i in rest)) if masked else None
+            )
+        else:
+            self.out_shape = (sum(_flat_size(s) for s in shapes),)
+            self.request_in = sum(self.flat_r) if masked else None
+
+    def _init_field(self, shapes: Sequence[Shape], requests: Sequence[int]) -> None:
+        fields = sum(s[0] for s, f in zip(shapes, self.is_field) if f)
+        field_r = sum(self.field_r)
+        flat_w = sum(s[0] for s, f in zip(shapes, self.is_field) if not f)
+        token_r = 0
+        if flat_w:
+            w_r = sum(r for r, f in zip(self.flat_r, self.is_field) if not f)
+            token_r = request_share(w_r, flat_w, self.tokens) if self.masked else 0
+            self.proj = MaskedLinear(
+                flat_w, self.tokens * self.dim, request_in=w_r if self.masked else None, request_out=token_r * self.dim
+            )
+            fields += self.tokens
+        self.token_r = token_r
+        self.out_shape = (fields, self.dim)
+        self.request_in = field_r + token_r if self.masked else None
+
+    def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.in_kind == FIELD:
+            return [self._to_field(xs)]
+        flats = [_flat(x) for x in xs]
+        if self.num_inputs == 2:
+            right = _cat(flats[1:], self.flat_r[1:], self.masked) if len(flats) > 1 else flats[0]
+            return [flats[0], right]
+        return [_cat(flats, self.flat_r, self.masked)]
+
+    def _to_field(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        parts = [x for x, f in zip(xs, self.is_field) if f]
+        rs = [r for r, f in zip(self.field_r, self.is_field) if f]
+        if self.proj is not None:
+            flat_rs = [r for r, f in zip(self.flat_r, self.is_field) if not f]
+            w = _cat([x for x, f in zip(xs, self.is_field) if not f], flat_rs, self.masked)
+            B = w.shape[0]
+            parts.append(self.proj(w).view(B, self.tokens, self.dim))  # (B, T*D) -> (B, T, D)
+            rs.append(self.token_r)
+        return _cat(parts, rs, self.masked)
+
+    def flops(self) -> int:
+        return self.proj.flops() if self.proj is not None else 0
+
+
+class Head(nn.Module):
+    """``widths`` Linear+ReLU layers, then a Linear to one logit: ``(B, W) -> (B,)``."""
+
+    def __init__(self, in_features: int, widths: Sequence[int]) -> None:
+        super().__init__()
+        sizes = [in_features, *widths]
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(sizes[-1], 1))
+        self.mlp = nn.Sequential(*layers)
+        self._flops = sum(2 * a * b for a, b in zip(sizes, [*sizes[1:], 1]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x).squeeze(-1)  # (B, 1) -> (B,)
+
+    def flops(self) -> int:
+        return self._flops
+
+
+class RankingModel(nn.Module):
+    """The model of one architecture: ``forward(batch) -> logits (B,)``.
+
+    Build it with :func:`build_model`. ``sparse_parameters()`` are the embedding tables (for a
+    rowwise Adagrad), ``dense_parameters()`` everything else (for Adam).
+    """
+
+    def __init__(self, arch: Architecture, spec: FeatureSpec) -> None:
+        super().__init__()
+        self.arch, self.spec = arch, spec
+        masked, D = arch.rocs, arch.embedding_dim
+        self.embedding = SparseEmbedding(spec, D) if arch.uses("sparse") else None
+        shapes: dict[InputRef, Shape] = {}
+        requests: dict[InputRef, int] = {}
+        if self.embedding is not None:
+            shapes["sparse"], requests["sparse"] = (spec.n_sparse, D), spec.n_request_sparse if masked else 0
+        if arch.uses("dense"):
+            if spec.n_dense == 0:
+                raise ValueError("architecture reads 'dense' but the feature spec has no dense features")
+            shapes["dense"], requests["dense"] = (spec.n_dense,), spec.n_request_dense if masked else 0
+        order = [i for i, f in enumerate(spec.dense) if f.side == "request"]
+        order += [i for i, f in enumerate(spec.dense) if f.side != "request"]
+        self.register_buffer("dense_order", torch.tensor(order, dtype=torch.long), persistent=False)
+        self.adapters = nn.ModuleList()
+        self.blocks = nn.ModuleList()
+        for i, gene in enumerate(arch.blocks):
+            adapter, block = self._build_gene(i, shapes, requests)
+            self.adapters.append(adapter)
+            self.blocks.append(block)
+            shapes[i], requests[i] = tuple(block.out_shape), block.request_out
+        self.head = Head(sum(_flat_size(shapes[r]) for r in arch.head.inputs), arch.head.widths)
+
+    def _build_gene(self, i: int, shapes: dict[InputRef, Shape], requests: dict[InputRef, int]) -> tuple[InputAdapter, Block]:
+        gene, arch = self.arch.blocks[i], self.arch
+        adapter = InputAdapter(
+            [shapes[r] for r in gene.inputs],
+            [requests[r] for r in gene.inputs],
+            in_kind=gene.in_kind,
+            num_inputs=get_block_class(gene.op).num_inputs,
+            tokens=gene.tokens,
+            dim=arch.embedding_dim,
+            masked=arch.rocs,
+        )
+        try:
+            block = build_block(gene.op, adapter.out_shape, dict(gene.params), request_in=adapter.request_in)
+        except ValueError as err:
+            raise ValueError(f"blocks[{i}] ({gene.op} on input shape {adapter.out_shape}): {err}") from None
+        return adapter, block
+
+    def _source(self, ref: InputRef, batch: Batch, emb: torch.Tensor | None, outs: list[torch.Tensor]) -> torch.Tensor:
+        if ref == "sparse":
+            if emb is None:
+                raise ValueError("no sparse embedding was built")
+            return emb
+        if ref == "dense":
+            return batch.dense.index_select(1, self.dense_order) if self.arch.rocs else batch.dense
+        return outs[int(ref)]
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        emb = self.embedding(batch.sparse) if self.embedding is not None else None
+        outs: list[torch.Tensor] = []
+        for gene, adapter, block in zip(self.arch.blocks, self.adapters, self.blocks):
+            xs = adapter([self._source(r, batch, emb, outs) for r in gene.inputs])
+            outs.append(block(*xs))
+        feats = [_flat(self._source(r, batch, emb, outs)) for r in self.arch.head.inputs]
+        return self.head(torch.cat(feats, dim=1) if len(feats) > 1 else feats[0])
+
+    def flops(self) -> int:
+        """Forward FLOPs per example: blocks, input projections and head (lookups are free)."""
+        adapters = sum(a.flops() for a in self.adapters)
+        blocks = sum(b.flops() for b in self.blocks)
+        return adapters + blocks + self.head.flops()
+
+    def sparse_parameters(self) -> Iterator[nn.Parameter]:
+        """The embedding tables."""
+        return iter(self.embedding.parameters()) if self.embedding is not None else iter(())
+
+    def dense_parameters(self) -> Iterator[nn.Parameter]:
+        """Every parameter that is not an embedding table."""
+        sparse = {id(p) for p in self.sparse_parameters()}
+        return (p for p in self.parameters() if id(p) not in sparse)
+
+
+def build_model(arch: Architecture, spec: FeatureSpec, *, device: torch.device | str | None = None) -> RankingModel:
+    """Build the :class:`RankingModel` of ``arch`` for data described by ``spec``.
+
+    ``device="meta"`` sizes a model (FLOPs, parameter counts) without allocating it.
+
+    >>> from rankitect.space.testing import tiny_batch, tiny_spec
+    >>> from rankitect.space.architecture import BlockGene, HeadGene
+    >>> arch = Architecture(blocks=(BlockGene("mlp", ("dense",), {"width": 8}),
+    ...                             BlockGene("dot", ("sparse", 0))), head=HeadGene((1, 0), (16,)), embedding_dim=4)
+    >>> model = build_model(arch, tiny_spec())
+    >>> model(tiny_batch(tiny_spec(), 3)).shape
+    torch.Size([3])
+    """
+    if device is None:
+        return RankingModel(arch, spec)
+    with torch.device(device):
+        return RankingModel(arch, spec)
