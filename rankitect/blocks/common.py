@@ -46,7 +46,7 @@ def check_request_pair(
     """Validate the ``(left R, right R)`` pair of a two-input block; ``None`` leaves both unmasked."""
     if request_in is None:
         return None, None
-    if isinstance(request_in, (str, bytes)) or len(request_in) != 2 or None in tuple(request_in):
+    if not isinstance(request_in, (tuple, list)) or len(request_in) != 2 or None in request_in:
         raise ValueError(f"request_in of a two-input block must be an int pair or None, got {request_in!r}")
     return (
         check_request(request_in[0], left, "request_in[0]"),
@@ -149,11 +149,20 @@ class FieldLinear(MaskedLinear):
         return self.flops() * dim
 
 
+def layer_norm_part(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """LayerNorm over the last axis; a single unit only gets the affine map (its norm is constant)."""
+    if x.shape[-1] == 1:
+        return x * weight + bias
+    return F.layer_norm(x, (x.shape[-1],), weight, bias)
+
+
 class SplitLayerNorm(nn.Module):
     """LayerNorm over a flat vector with separate statistics for the request part and the rest.
 
     Unmasked (``request_in`` None or 0) it is ``nn.LayerNorm(features)``. Masked, the first
-    ``request_in`` units are normalized on their own, so they never see candidate-side units.
+    ``request_in`` units are normalized on their own, so they never see candidate-side units, and
+    the rest on their own. A part of a single unit is not normalized (a one-unit LayerNorm would
+    output the constant bias and erase it); it only gets the affine map.
     """
 
     def __init__(self, features: int, *, request_in: int | None = None) -> None:
@@ -168,8 +177,8 @@ class SplitLayerNorm(nn.Module):
         r = self.request_in
         if r == 0 or r == self.features:
             return F.layer_norm(x, (self.features,), self.weight, self.bias)
-        head = F.layer_norm(x[..., :r], (r,), self.weight[:r], self.bias[:r])
-        tail = F.layer_norm(x[..., r:], (self.features - r,), self.weight[r:], self.bias[r:])
+        head = layer_norm_part(x[..., :r], self.weight[:r], self.bias[:r])
+        tail = layer_norm_part(x[..., r:], self.weight[r:], self.bias[r:])
         return torch.cat([head, tail], dim=-1)
 
 

@@ -1,0 +1,44 @@
+"""One contract test over the whole registry: shape, gradients, batch size 1, no NaN, FLOPs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from rankitect.blocks import BLOCKS
+from tests.blocks.cases import SETTINGS, case_id, make_inputs, request_for, seeded_block
+
+CASES = [
+    pytest.param(op, shape, params, masked, id=f"{case_id(op, shape, params)}-{'masked' if masked else 'plain'}")
+    for op, shape, params in SETTINGS
+    for masked in (False, True)
+]
+
+
+def test_settings_cover_the_registry() -> None:
+    assert {op for op, _, _ in SETTINGS} == set(BLOCKS)
+
+
+@pytest.mark.parametrize(("op", "in_shape", "params", "masked"), CASES)
+def test_block_contract(op: str, in_shape: tuple[int, ...], params: dict, masked: bool) -> None:
+    request_in = request_for(op, in_shape) if masked else None
+    block = seeded_block(op, in_shape, params, request_in)
+    gen = torch.Generator().manual_seed(1)
+    assert block.request_out == 0 if not masked else 0 < block.request_out <= block.out_shape[0]
+    for batch in (1, 3):
+        inputs = make_inputs(block, in_shape, batch, gen)
+        with FlopCounterMode(display=False) as counter:
+            out = block(*inputs)
+        assert out.shape == (batch, *block.out_shape)
+        assert torch.isfinite(out).all()
+        assert counter.get_total_flops() == block.flops() * batch
+
+    inputs = [x.requires_grad_() for x in make_inputs(block, in_shape, 3, gen)]
+    out = block(*inputs)
+    (out * torch.randn(out.shape, generator=gen)).sum().backward()
+    for x in inputs:  # gradients reach every input, also through parameter-free blocks
+        assert x.grad is not None and x.grad.abs().sum() > 0
+    for name, param in block.named_parameters():
+        assert param.grad is not None, name
+        assert param.grad.abs().sum() > 0, name

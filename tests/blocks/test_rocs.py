@@ -1,0 +1,117 @@
+"""ROCS Generalized Layer Masking: request-side outputs never see candidate-side inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rankitect.blocks import BLOCKS, FIELD, build_block
+from rankitect.blocks.common import MaskedLinear, SplitLayerNorm, request_share
+from tests.blocks.cases import SETTINGS, case_id, make_inputs, seeded_block
+
+MIXING = [(op, shape, params) for op, shape, params in SETTINGS if BLOCKS[op].mixes_fields]
+
+
+def request_counts(op: str, in_shape: tuple[int, ...]) -> list[int | tuple[int, int]]:
+    """Edge and middle request counts: 1 (no request pair for dot/fm), 2, and all but one."""
+    if BLOCKS[op].num_inputs == 2:
+        left, right = in_shape
+        return [(1, 1), (2, right - 1), (left - 1, 2)]
+    size = in_shape[0]
+    return sorted({1, 2, size - 1})
+
+
+def perturb_candidates(inputs: list[torch.Tensor], request_in: int | tuple[int, int]) -> list[torch.Tensor]:
+    """Replace every candidate-side field (or unit) of every input by fresh noise."""
+    counts = request_in if isinstance(request_in, tuple) else (request_in,)
+    out = []
+    for x, r in zip(inputs, counts):
+        y = x.clone()
+        y[:, r:] = torch.randn_like(y[:, r:]) * 3.0  # fields (B, N-R, D) or units (B, W-R)
+        out.append(y)
+    return out
+
+
+CASES = [
+    pytest.param(op, shape, params, r, id=f"{case_id(op, shape, params)}-R{r}")
+    for op, shape, params in MIXING
+    for r in request_counts(op, shape)
+]
+
+
+@pytest.mark.parametrize(("op", "in_shape", "params", "request_in"), CASES)
+def test_request_outputs_ignore_candidates(op: str, in_shape: tuple[int, ...], params: dict, request_in) -> None:
+    masked = seeded_block(op, in_shape, params, request_in)
+    ro = masked.request_out
+    no_pair = op in ("dot", "fm") and request_in == 1  # a single request field has no pair
+    assert ro == 0 if no_pair else ro > 0
+    if no_pair:
+        return
+    assert ro < masked.out_shape[0] or op == "fm"  # candidates keep room (FM widens instead)
+    torch.manual_seed(5)
+    inputs = make_inputs(masked, in_shape, 4, torch.Generator().manual_seed(2))
+    moved = perturb_candidates(inputs, request_in)
+    assert torch.equal(masked(*inputs)[:, :ro], masked(*moved)[:, :ro])
+    assert not torch.equal(masked(*inputs)[:, ro:], masked(*moved)[:, ro:])
+
+    # The same block unmasked (same seed, so the same weights) does let candidates through; except
+    # dot with R = 2, whose row-major pair order already starts with the one request pair (0, 1).
+    if op == "dot" and request_in == 2:
+        return
+    plain = seeded_block(op, in_shape, params, None)
+    assert not torch.equal(plain(*inputs)[:, :ro], plain(*moved)[:, :ro])
+
+
+def test_masked_and_plain_share_weights() -> None:
+    """Masks are non-persistent buffers, so masked and plain blocks load each other's weights."""
+    masked = seeded_block("wukong", (5, 4), {"fmb_fields": 2, "lcb_fields": 2}, 2)
+    plain = build_block("wukong", (5, 4), {"fmb_fields": 2, "lcb_fields": 2})
+    plain.load_state_dict(masked.state_dict())
+    assert set(masked.state_dict()) == set(plain.state_dict())
+
+
+def test_masked_linear_is_block_lower_triangular() -> None:
+    lin = MaskedLinear(5, 4, request_in=2, request_out=1)
+    x = torch.randn(3, 5)
+    expected = x[:, :2] @ lin.weight[:1, :2].T + lin.bias[:1]  # request row from request inputs only
+    torch.testing.assert_close(lin(x)[:, :1], expected)
+    torch.testing.assert_close(lin(x)[:, 1:], x @ lin.weight[1:].T + lin.bias[1:])
+
+
+def standardize(v: torch.Tensor) -> torch.Tensor:
+    """Textbook LayerNorm without affine; a single unit is left as it is."""
+    if v.shape[-1] == 1:
+        return v
+    mean = v.mean(dim=-1, keepdim=True)
+    var = ((v - mean) ** 2).mean(dim=-1, keepdim=True)  # biased variance, as LayerNorm
+    return (v - mean) / torch.sqrt(var + 1e-5)
+
+
+@pytest.mark.parametrize("request_in", [1, 2, 5])
+def test_split_layer_norm_uses_separate_statistics(request_in: int) -> None:
+    norm = SplitLayerNorm(6, request_in=request_in).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(4, 6, dtype=torch.float64)
+    r = request_in
+    expected = torch.cat([standardize(x[:, :r]), standardize(x[:, r:])], dim=1) * norm.weight + norm.bias
+    torch.testing.assert_close(norm(x), expected)
+
+
+@pytest.mark.parametrize("size_in", [2, 3, 7, 10])
+@pytest.mark.parametrize("size_out", [1, 2, 5, 16])
+def test_request_share_bounds(size_in: int, size_out: int) -> None:
+    for r in range(1, size_in):
+        share = request_share(r, size_in, size_out)
+        assert (share == 0) if size_out == 1 else (1 <= share <= size_out - 1)
+        # Nearest to the proportional share unless clamped to keep one unit on each side.
+        assert abs(share - r * size_out / size_in) <= 0.5 or share in (1, size_out - 1)
+    assert request_share(size_in, size_in, size_out) == size_out
+    assert request_share(0, size_in, size_out) == request_share(None, size_in, size_out) == 0
+
+
+def test_field_blocks_keep_request_fields_first() -> None:
+    """A masked field block's request fields are its first fields, ready for the next block."""
+    block = seeded_block("efc", (6, 2), {"out_fields": 4}, 3)
+    assert block.in_kind == FIELD and block.request_out == 2
