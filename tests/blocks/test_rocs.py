@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rankitect.blocks import BLOCKS, FIELD, build_block
+from rankitect.blocks import BLOCKS, build_block
 from rankitect.blocks.common import MaskedLinear, SplitLayerNorm, request_share
 from tests.blocks.cases import SETTINGS, case_id, make_inputs, seeded_block
 
@@ -110,8 +110,3 @@ def test_request_share_bounds(size_in: int, size_out: int) -> None:
     assert request_share(size_in, size_in, size_out) == size_out
     assert request_share(0, size_in, size_out) == request_share(None, size_in, size_out) == 0
 
-
-def test_field_blocks_keep_request_fields_first() -> None:
-    """A masked field block's request fields are its first fields, ready for the next block."""
-    block = seeded_block("efc", (6, 2), {"out_fields": 4}, 3)
-    assert block.in_kind == FIELD and block.request_out == 2
