@@ -1,0 +1,104 @@
+"""One opener for every source, and a plain description of a data set.
+
+``open_data(source)`` understands:
+
+* ``"synthetic"`` (the default): the embedded generator, cached (:func:`ensure_default_data`);
+* an existing data directory (one with ``meta.json``): opened as is;
+* a ``.tsv`` / ``.txt`` file: raw Criteo (:func:`~rankitect.data.criteo.read_criteo`);
+* a ``.csv`` / ``.parquet`` / ``.pq`` file: tabular with a schema YAML
+  (:func:`~rankitect.data.tabular.read_tabular`); without ``schema=``, ``<file>.schema.yaml``
+  or ``<file stem>.schema.yaml`` next to the file is used when it exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from rankitect.data.hashing import SPLITS
+from rankitect.data.store import ClickData, is_data_dir
+from rankitect.errors import DataError
+
+_CRITEO_SUFFIXES = (".tsv", ".txt")
+_TABULAR_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+class DataOptions(Protocol):
+    """What :func:`open_data` reads from a config object (e.g. the CLI's ``DataConfig``)."""
+
+    rows: int
+    seed: int
+    schema: str | None
+    vocab_size: int
+    cache_dir: str | None
+
+
+def open_data(
+    source: str = "synthetic", options: DataOptions | None = None, *, rows: int | None = None,
+    seed: int | None = None, schema: str | Path | None = None, vocab_size: int | None = None,
+    cache_dir: str | Path | None = None, progress: bool = False,
+) -> ClickData:
+    """Open (building and caching on first use) the data set named by ``source``.
+
+    Keyword arguments win over ``options``; ``rows`` and ``seed`` apply to ``synthetic`` only,
+    ``schema`` to tabular files, ``vocab_size`` to Criteo files (a tabular file takes its own from
+    the schema). ``cache_dir`` is the cache root (default: ``$RANKITECT_DATA_DIR`` or
+    ``~/.cache/rankitect/data``).
+    """
+    pick = lambda given, name: given if given is not None else getattr(options, name, None)  # noqa: E731
+    rows, seed, schema = pick(rows, "rows"), pick(seed, "seed"), pick(schema, "schema")
+    vocab_size, cache_dir = pick(vocab_size, "vocab_size"), pick(cache_dir, "cache_dir")
+    if source == "synthetic":
+        from rankitect.data.synthetic import DEFAULT_ROWS, ensure_default_data
+
+        return ensure_default_data(rows=rows or DEFAULT_ROWS, seed=seed or 0, cache_dir=cache_dir, progress=progress)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not is_data_dir(path):
+            raise DataError("a directory, but not a rankitect data directory (no meta.json)", path=str(path))
+        return ClickData.open(path)
+    if not path.exists():
+        raise DataError("no such file or directory (expected 'synthetic', a Criteo .tsv, a .csv/.parquet "
+                        "or a data directory)", path=str(path))
+    suffix = path.suffix.lower()
+    if suffix in _CRITEO_SUFFIXES:
+        from rankitect.data.criteo import DEFAULT_VOCAB_SIZE, read_criteo
+
+        return read_criteo(path, vocab_size=vocab_size or DEFAULT_VOCAB_SIZE, progress=progress, cache_dir=cache_dir)
+    if suffix in _TABULAR_SUFFIXES:
+        from rankitect.data.tabular import read_tabular
+
+        return read_tabular(path, _schema_for(path, schema), cache_dir=cache_dir)
+    raise DataError(f"unknown data format {suffix!r}: expected {_CRITEO_SUFFIXES + _TABULAR_SUFFIXES} "
+                    "or a data directory", path=str(path))
+
+
+def _schema_for(path: Path, schema: str | Path | None) -> Path:
+    if schema is not None:
+        return Path(schema).expanduser()
+    for cand in (path.with_name(path.name + ".schema.yaml"), path.with_name(path.stem + ".schema.yaml")):
+        if cand.is_file():
+            return cand
+    raise DataError(f"a tabular file needs a schema YAML: pass schema=... or put {path.stem}.schema.yaml "
+                    "next to it", path=str(path))
+
+
+def describe(data: ClickData) -> dict[str, Any]:
+    """A plain summary for ``rankitect data inspect``: splits (rows, requests, CTR, Bayes NE)
+    and features (kind, side, vocab size).
+
+    >>> import tempfile
+    >>> from rankitect.data.synthetic import generate_synthetic
+    >>> d = describe(generate_synthetic(tempfile.mkdtemp() + "/s", rows=500))
+    >>> sorted(d["splits"]), d["n_dense"], d["n_sparse"], d["features"][0]["side"]
+    (['test', 'train', 'val'], 13, 26, 'request')
+    """
+    splits = {s: {k: data.meta["splits"][s][k] for k in ("rows", "requests", "ctr", "bayes_ne")} for s in SPLITS}
+    feats = [{"name": f.name, "kind": "dense", "side": f.side, "vocab_size": None} for f in data.spec.dense]
+    feats += [{"name": f.name, "kind": "sparse", "side": f.side, "vocab_size": f.vocab_size} for f in data.spec.sparse]
+    return {
+        "name": data.meta.get("name", data.spec.name), "source": data.source, "path": str(data.path),
+        "rows": sum(v["rows"] for v in splits.values()), "splits": splits,
+        "n_dense": data.spec.n_dense, "n_sparse": data.spec.n_sparse, "label": data.spec.label,
+        "features": feats, "params": data.meta.get("params", {}),
+    }

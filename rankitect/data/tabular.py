@@ -1,0 +1,245 @@
+"""The tabular reader: a CSV (with a header line) or parquet file plus a small schema YAML.
+
+Schema keys (anything else is an error naming the schema file and the key)::
+
+    label: clicked                # required: a 0/1 (or boolean) column
+    dense: [price, age]           # real-valued columns; missing -> 0, no other transform
+    sparse: [user, item, city]    # categorical columns (strings or ints)
+    request: [user, city]         # which of the above are request side (default: none)
+    request_id: session           # optional: rows sharing it form one request
+    vocab: train                  # "train" (default) or "hash", see below
+    vocab_size: 100000            # cap on ids per sparse column (default 100 000)
+    min_count: 1                  # "train" vocabularies keep values seen this often (default 1)
+    fractions: [0.8, 0.1, 0.1]    # train / val / test (default 80/10/10)
+    split_seed: 0
+    name: mydata                  # default: the data file's stem
+
+Sparse values are read as strings (an int ``7`` is the string ``"7"``). With ``vocab: train`` each
+column's vocabulary is built on the *train* split only: values seen ``>= min_count`` times get ids
+``2 ..`` (most frequent first, at most ``vocab_size - 2``), everything else (rare, or only in
+val/test) gets id 1, missing gets 0. With ``vocab: hash`` a value's id is its salted SipHash
+bucket in ``1 .. vocab_size - 1`` (the Criteo reader's rule): no pass over the data needed.
+
+Requests: with ``request_id`` the rows of one request are gathered (order of first appearance,
+rows kept in file order) and stored request ids are those first-appearance numbers; a request's
+split is chosen by the hash of its ``request_id`` value. Request-side columns must be constant
+within a request. Without ``request_id`` every row is its own request.
+
+The file is read whole into one pandas frame (arrays are then streamed to disk in chunks); the
+result is cached under a key of the file (path, size, mtime) and the schema's text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from rankitect.data.hashing import DEFAULT_FRACTIONS, SPLITS, buckets, check_fractions, hash_strings, split_codes
+from rankitect.data.hashing import request_splits
+from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
+from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root, file_cache_key
+from rankitect.data.vocab import VocabCounter
+from rankitect.errors import DataError
+
+READER_VERSION = 1
+SCHEMA_KEYS = ("label", "dense", "sparse", "request", "request_id", "vocab", "vocab_size", "min_count",
+               "fractions", "split_seed", "name")
+_WRITE_CHUNK = 65536
+
+
+def load_schema(schema_path: str | Path, data_path: str | Path) -> dict[str, Any]:
+    """Read and check a schema YAML (see the module docstring); errors name the schema and key."""
+    sp = Path(schema_path)
+    if not sp.is_file():
+        raise DataError("no such schema file", path=str(sp))
+    try:
+        raw = yaml.safe_load(sp.read_text())
+    except yaml.YAMLError as e:
+        raise DataError(f"not valid YAML: {e}", path=str(sp)) from None
+    if not isinstance(raw, dict):
+        raise DataError(f"a schema must be a mapping of keys {SCHEMA_KEYS}, got {type(raw).__name__}", path=str(sp))
+    unknown = sorted(set(map(str, raw)) - set(SCHEMA_KEYS))
+    if unknown:
+        raise DataError(f"unknown schema key {unknown[0]!r} (known: {', '.join(SCHEMA_KEYS)})", path=str(sp))
+    s = {"dense": [], "sparse": [], "request": [], "request_id": None, "vocab": "train", "vocab_size": 100_000,
+         "min_count": 1, "fractions": list(DEFAULT_FRACTIONS), "split_seed": 0, "name": Path(data_path).stem, **raw}
+    _check_types(s, sp)
+    return s
+
+
+def _check_types(s: dict[str, Any], sp: Path) -> None:
+    def bad(key: str, why: str) -> DataError:
+        return DataError(f"{key}: {why}, got {s.get(key)!r}", path=str(sp))
+
+    if not isinstance(s.get("label"), str):
+        raise bad("label", "the label column name is required")
+    for key in ("dense", "sparse", "request"):
+        if not isinstance(s[key], list) or not all(isinstance(c, str) for c in s[key]):
+            raise bad(key, "must be a list of column names")
+    if s["request_id"] is not None and not isinstance(s["request_id"], str):
+        raise bad("request_id", "must be a column name")
+    if s["vocab"] not in ("train", "hash"):
+        raise bad("vocab", "must be 'train' or 'hash'")
+    for key, lo in (("vocab_size", 3), ("min_count", 1), ("split_seed", 0)):
+        if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < lo:
+            raise bad(key, f"must be an int >= {lo}")
+    try:
+        s["fractions"] = list(check_fractions(s["fractions"]))
+    except (TypeError, ValueError):
+        raise bad("fractions", "must be 3 numbers summing to 1") from None
+    names = [s["label"], *s["dense"], *s["sparse"]]
+    for key in ("label", "dense", "sparse"):
+        for c in [s[key]] if key == "label" else s[key]:
+            if names.count(c) > 1:
+                raise bad(key, f"column {c!r} is listed twice")
+            if not c.isidentifier():
+                raise bad(key, f"column {c!r} is not an identifier (rename it in the file)")
+    extra = sorted(set(s["request"]) - set(s["dense"]) - set(s["sparse"]))
+    if extra:
+        raise bad("request", f"columns {extra} are in neither dense nor sparse")
+
+
+def _read_frame(path: Path, s: dict[str, Any], schema_path: Path) -> pd.DataFrame:
+    """The needed columns of the file (sparse and request id as strings); errors name the key."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            present = set(pq.read_schema(path).names)
+        else:
+            present = set(pd.read_csv(path, nrows=0).columns)
+        for key in ("label", "dense", "sparse", "request_id"):
+            for c in [s[key]] if isinstance(s[key], str) else (s[key] or []):
+                if c not in present:
+                    raise DataError(f"{key}: column {c!r} not in {path} (columns: {sorted(present)})", path=str(schema_path))
+        cols = list(dict.fromkeys([s["label"], *s["dense"], *s["sparse"]] + ([s["request_id"]] if s["request_id"] else [])))
+        if suffix in (".parquet", ".pq"):
+            return pd.read_parquet(path, columns=cols)
+        strings = {c: str for c in [*s["sparse"], s["request_id"]] if c}
+        return pd.read_csv(path, usecols=cols, dtype=strings, keep_default_na=True)
+    except DataError:
+        raise
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise DataError(f"could not read: {e}", path=str(path)) from None
+
+
+def _where(path: Path, row: int) -> dict[str, Any]:
+    """Error location of 0-based data row ``row``: a CSV line (header is line 1) or a parquet row."""
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return {"path": f"{path} (row {row})"}
+    return {"path": str(path), "line": row + 2}
+
+
+def _numeric(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+    """A column as float64 with NaN for missing; a non-numeric value is a DataError."""
+    orig = df[col]
+    num = pd.to_numeric(orig, errors="coerce").to_numpy(np.float64)
+    bad = np.flatnonzero(np.isnan(num) & orig.notna().to_numpy())
+    if len(bad):
+        raise DataError(f"column {col!r}: {orig.iloc[bad[0]]!r} is not a number", **_where(path, int(bad[0])))
+    return num
+
+
+def _strings(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(values as str objects, missing mask)`` of a categorical column."""
+    series = df[col]
+    missing = series.isna().to_numpy()
+    if pd.api.types.is_float_dtype(series) and np.all(np.mod(series.to_numpy()[~missing], 1) == 0):
+        series = series.astype("Int64")  # ints read as floats because of missing values: "3", not "3.0"
+    values = series.astype(object).where(~missing, "").astype(str).to_numpy(dtype=object)
+    return values, missing
+
+
+def _requests(df: pd.DataFrame, s: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row order grouping requests, request id per row, split code per row)`` in file order."""
+    n = len(df)
+    if not s["request_id"]:
+        rid = np.arange(n, dtype=np.int64)
+        return rid, rid, request_splits(rid, s["fractions"], s["split_seed"])
+    values, _ = _strings(df, s["request_id"])
+    codes, uniques = pd.factorize(values, sort=False)  # request numbers in order of first appearance
+    split_of_request = split_codes(hash_strings(np.asarray(uniques, dtype=object), salt=s["split_seed"]), s["fractions"])
+    return np.argsort(codes, kind="stable"), codes.astype(np.int64), split_of_request[codes]
+
+
+def _sparse_ids(df: pd.DataFrame, s: dict[str, Any], train: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Ids ``(n, n_sparse)`` and the vocabulary size of each sparse column."""
+    ids = np.zeros((len(df), len(s["sparse"])), dtype=np.int64)
+    sizes = []
+    for j, col in enumerate(s["sparse"]):
+        values, missing = _strings(df, col)
+        h = hash_strings(values, salt=j + 1)
+        if s["vocab"] == "hash":
+            col_ids, size = buckets(h, s["vocab_size"]), s["vocab_size"]
+        else:
+            counter = VocabCounter()
+            counter.update(h[train & ~missing])
+            vocab = counter.build(s["min_count"], s["vocab_size"])
+            col_ids, size = vocab.lookup(h), vocab.size
+        ids[:, j] = np.where(missing, 0, col_ids)
+        sizes.append(int(size))
+    return ids, sizes
+
+
+def _check_request_side(s: dict[str, Any], order: np.ndarray, rid: np.ndarray, columns: dict[str, np.ndarray],
+                        path: Path) -> None:
+    """Request-side columns must not change within a request (checked after ids are assigned)."""
+    r = rid[order]
+    first = np.concatenate([[True], r[1:] != r[:-1]])
+    head = order[np.maximum.accumulate(np.where(first, np.arange(len(r)), 0))]  # first row of each row's request
+    for col in s["request"]:
+        v = columns[col]
+        bad = np.flatnonzero(v[order] != v[head])
+        if len(bad):
+            row = int(order[bad[0]])
+            raise DataError(f"column {col!r} is listed under 'request' but changes within a request "
+                            f"(rows sharing {s['request_id']!r})", **_where(path, row))
+
+
+def read_tabular(
+    path: str | Path, schema_path: str | Path, out_dir: str | Path | None = None, *,
+    cache_dir: str | Path | None = None,
+) -> ClickData:
+    """Read a CSV / parquet file described by a schema YAML into a cached data directory."""
+    p, sp = Path(path), Path(schema_path)
+    if not p.is_file():
+        raise DataError("no such file", path=str(p))
+    s = load_schema(sp, p)
+    text_hash = hashlib.sha256(sp.read_bytes()).hexdigest()[:16]
+    key = file_cache_key(p, {"reader": READER_VERSION, "schema": text_hash})
+    out = Path(out_dir) if out_dir is not None else data_cache_root(cache_dir) / f"tabular-{p.stem}-{key}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"source": "tabular", "name": s["name"], "path": str(p.resolve()), "schema": str(sp.resolve()),
+            "params": s, "cache_key": key}
+    return cached(out, key, lambda d: _build(p, sp, s, d, meta))
+
+
+def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]) -> ClickData:
+    df = _read_frame(p, s, sp)
+    if len(df) == 0:
+        raise DataError("empty file: no data rows", path=str(p))
+    labels = _numeric(df, s["label"], p)
+    bad = np.flatnonzero((labels != 0) & (labels != 1))
+    if len(bad):
+        raise DataError(f"label {s['label']!r} must be 0 or 1, got {df[s['label']].iloc[bad[0]]!r}", **_where(p, int(bad[0])))
+    dense = np.stack([np.nan_to_num(_numeric(df, c, p), nan=0.0) for c in s["dense"]], 1) if s["dense"] else np.zeros((len(df), 0))
+    order, rid, codes = _requests(df, s)
+    ids, sizes = _sparse_ids(df, s, codes == 0)
+    columns = {c: dense[:, j] for j, c in enumerate(s["dense"])} | {c: ids[:, j] for j, c in enumerate(s["sparse"])}
+    _check_request_side(s, order, rid, columns, p)
+    side = lambda c: "request" if c in s["request"] else "candidate"  # noqa: E731
+    spec = FeatureSpec(dense=tuple(DenseFeature(c, side(c)) for c in s["dense"]),
+                       sparse=tuple(SparseFeature(c, n, side(c)) for c, n in zip(s["sparse"], sizes)),
+                       label=s["label"], name=s["name"])
+    rows = dict(zip(SPLITS, np.bincount(codes, minlength=3).tolist()))
+    with StoreWriter(out, spec, rows) as w:
+        for i in range(0, len(order), _WRITE_CHUNK):
+            o = order[i:i + _WRITE_CHUNK]
+            w.write_routed(codes[o], dense[o], ids[o], labels[o], rid[o])
+        return w.close(meta)
