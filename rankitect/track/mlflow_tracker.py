@@ -1,0 +1,215 @@
+"""A thin layer over MLflow: a search is a parent run, every candidate a child run.
+
+Everything goes through an explicit ``mlflow.MlflowClient`` (no active-run globals), so worker
+processes can log with a :class:`Tracker` of their own. MLflow is imported when a tracker is made.
+
+Parent run (tags ``rankitect.kind=search``, ``rankitect.strategy``, ``rankitect.space``): the
+flattened config as params (long values cut, the full config in ``config.yaml``), ``space.json``,
+and at the end ``pareto.csv``, ``pareto.png``, ``best_genotype.json``, ``search_state.json`` and
+``best/*`` metrics. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate`` or
+``baseline``): param ``genotype_hash``, metrics ``val/ne``, ``test/ne``, ``test/auc``,
+``test/logloss``, ``mflops``, ``params``, ``train_seconds``, artifact ``genotype.json``; status
+FINISHED, or FAILED with the message in the ``error`` tag.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import yaml
+
+from rankitect.track.store import artifact_root, resolve_uri
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+KIND, STRATEGY, SPACE = "rankitect.kind", "rankitect.strategy", "rankitect.space"
+PARENT = "mlflow.parentRunId"
+MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
+MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
+METRICS = {  # metric name -> TrialResult attribute
+    "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
+    "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
+}
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}} -> {"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _genotype_text(arch: Any) -> str:
+    return json.dumps(json.loads(arch.to_json()), indent=2, sort_keys=True)
+
+
+def _hash_of(arch: Any) -> str:
+    h = arch.hash
+    return str(h() if callable(h) else h)
+
+
+class Tracker:
+    """Logs searches and their candidates to one MLflow experiment.
+
+    Args:
+        uri: tracking URI; default ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
+        experiment: experiment name, created if new. With a SQLite store its artifacts go to
+            ``artifacts/`` beside the database file (``mlruns/artifacts`` by default).
+    """
+
+    def __init__(self, uri: str | None = None, experiment: str = "rankitect") -> None:
+        from mlflow import MlflowClient
+
+        self.uri = resolve_uri(uri)
+        root = artifact_root(self.uri)
+        if root is not None:
+            root.parent.mkdir(parents=True, exist_ok=True)  # SQLite creates the file, not its folder
+        self.client: MlflowClient = MlflowClient(tracking_uri=self.uri)
+        self.experiment = experiment
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            self.experiment_id = found.experiment_id
+        else:
+            location = None if root is None else root.as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+
+    def start_search(self, config: dict[str, Any], strategy: Any, space: Any, *, name: str | None = None) -> str:
+        """Open the parent run of a search; returns its run id.
+
+        ``strategy`` and ``space`` are names or objects (a strategy's ``name``; a space's ``name``
+        and ``to_dict()``, logged as ``space.json``).
+        """
+        strategy_name = strategy if isinstance(strategy, str) else strategy.name
+        space_name = space if isinstance(space, str) else getattr(space, "name", type(space).__name__)
+        run = self.client.create_run(
+            self.experiment_id, run_name=name or f"{strategy_name}-{space_name}",
+            tags={KIND: "search", STRATEGY: strategy_name, SPACE: space_name},
+        )
+        run_id = run.info.run_id
+        self._log(run_id, params={k: _cut(str(v), MAX_PARAM_CHARS) for k, v in flatten(config).items()})
+        self.client.log_text(run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
+        if not isinstance(space, str) and hasattr(space, "to_dict"):
+            self.client.log_dict(run_id, space.to_dict(), "space.json")
+        return run_id
+
+    def log_trial(
+        self, parent_id: str, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
+        *, baseline: str | None = None,
+    ) -> str:
+        """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
+
+        ``result`` is a ``rankitect.search.TrialResult`` (or has its attributes); returns the run id.
+        """
+        h = _hash_of(arch)
+        tags = {PARENT: parent_id, KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
+        if result.error:
+            tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
+        tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
+        run = self.client.create_run(self.experiment_id, run_name=baseline or h, tags=tags)
+        run_id = run.info.run_id
+        metrics = {k: float(getattr(result, a)) for k, a in METRICS.items() if getattr(result, a) is not None}
+        self._log(run_id, params={"genotype_hash": h}, metrics=metrics)
+        self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
+        self.client.set_terminated(run_id, "FINISHED" if result.status == "ok" else "FAILED")
+        return run_id
+
+    def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_dict(self, run_id: str, data: dict[str, Any], artifact_file: str) -> None:
+        self.client.log_dict(run_id, data, artifact_file)
+
+    def log_figure(self, run_id: str, figure: Any, artifact_file: str) -> None:
+        self.client.log_figure(run_id, figure, artifact_file)
+
+    def finish_search(
+        self, parent_id: str, pareto_df: pd.DataFrame, best_arch: Any | None, state: dict[str, Any],
+        *, status: str = "FINISHED",
+    ) -> None:
+        """Close the parent run with the Pareto table and plot, the winner and the search state.
+
+        ``pareto_df`` is a ``rankitect.eval.pareto.pareto_table``; its ``winner`` row gives the
+        ``best/*`` metrics. ``status``: ``FINISHED``, ``FAILED`` or ``KILLED``.
+        """
+        from rankitect.eval.pareto import plot_pareto
+
+        with tempfile.TemporaryDirectory() as tmp:
+            pareto_df.to_csv(Path(tmp) / "pareto.csv", index=False)
+            self.client.log_artifact(parent_id, str(Path(tmp) / "pareto.csv"))
+            if len(pareto_df):
+                self.client.log_artifact(parent_id, str(plot_pareto(pareto_df, Path(tmp) / "pareto.png")))
+        self.client.log_dict(parent_id, state, "search_state.json")
+        if best_arch is not None:
+            self.client.log_text(parent_id, _genotype_text(best_arch), "best_genotype.json")
+            self.client.set_tag(parent_id, "best_genotype_hash", _hash_of(best_arch))
+        winner = pareto_df[pareto_df["winner"]] if "winner" in pareto_df else pareto_df.iloc[:0]
+        if len(winner):
+            row = winner.iloc[0]
+            metrics = {f"best/{c}": float(row[c]) for c in ("val_ne", "test_ne", "test_auc", "mflops", "objective")
+                       if pd.notna(row[c])}
+            self._log(parent_id, metrics=metrics)
+        self.client.set_terminated(parent_id, status)
+
+    def runs_table(self, parent_id: str | None = None) -> pd.DataFrame:
+        """Candidate and baseline runs of one search (or of the whole experiment), best test NE first."""
+        if parent_id is not None and not parent_id.isalnum():
+            raise ValueError(f"parent_id must be an MLflow run id (letters and digits), got {parent_id!r}")
+        query = f"tags.`{PARENT}` = '{parent_id}'" if parent_id else f"tags.`{KIND}` != 'search'"
+        rows = []
+        for run in self._search(query):
+            m, t = run.data.metrics, run.data.tags
+            rows.append({
+                "run_id": run.info.run_id, "parent_id": t.get(PARENT), "kind": t.get(KIND),
+                "name": run.info.run_name, "genotype_hash": t.get("genotype_hash"), "status": run.info.status,
+                **{k: m.get(k, math.nan) for k in METRICS}, "error": t.get("error"),
+            })
+        columns = ["run_id", "parent_id", "kind", "name", "genotype_hash", "status", *METRICS, "error"]
+        df = pd.DataFrame(rows, columns=columns)
+        return df.sort_values("test/ne", kind="stable", na_position="last").reset_index(drop=True)
+
+    def searches_table(self) -> pd.DataFrame:
+        """The searches (parent runs) of the experiment, newest first."""
+        rows = [{
+            "run_id": r.info.run_id, "name": r.info.run_name, "strategy": r.data.tags.get(STRATEGY),
+            "space": r.data.tags.get(SPACE), "status": r.info.status, "start_time": r.info.start_time,
+            "best/test_ne": r.data.metrics.get("best/test_ne", math.nan),
+            "best/mflops": r.data.metrics.get("best/mflops", math.nan),
+        } for r in self._search(f"tags.`{KIND}` = 'search'")]
+        df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "status", "start_time",
+                                         "best/test_ne", "best/mflops"])
+        return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
+
+    def _search(self, query: str) -> list[Any]:
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment_id], query, max_results=1000, page_token=token)
+            runs += list(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def _log(self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None) -> None:
+        from mlflow.entities import Metric, Param
+
+        now = int(time.time() * 1000)
+        params_l = [Param(k, v) for k, v in (params or {}).items()]
+        metrics_l = [Metric(k, v, now, 0) for k, v in (metrics or {}).items()]
+        for i in range(0, len(params_l), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(run_id, params=params_l[i:i + 100])
+        if metrics_l:
+            self.client.log_batch(run_id, metrics=metrics_l)

@@ -1,0 +1,126 @@
+"""What the tracker writes to MLflow, checked with a plain MlflowClient on a temporary SQLite store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from rankitect.eval.pareto import pareto_table
+from rankitect.search import Objective, TrialResult
+from rankitect.track import DEFAULT_URI, Tracker, resolve_uri, ui_command
+from tests.search.toy import ToyArch, ToySpace
+
+CONFIG = {"search": {"strategy": "evolution", "trials": 3, "baselines": ["dlrm", "dcnv2"]},
+          "data": {"source": "synthetic", "note": "x" * 2000}}
+
+
+class NamedSpace(ToySpace):
+    name = "toy"
+
+    def to_dict(self):
+        return {k: list(c.options) for k, c in self.choices.items()}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    # one SQLite store per module: MLflow's schema migrations are the slow part
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root}/mlflow.db"
+    return root, uri, Tracker(uri, experiment="toy-search")
+
+
+@pytest.fixture(scope="module")
+def search(store):
+    root, uri, tracker = store
+    parent = tracker.start_search(CONFIG, "evolution", NamedSpace())
+    archs = [ToyArch((8,), "relu"), ToyArch((16, 32), None), ToyArch((64, 64, 8), "relu")]
+    results = [
+        TrialResult(val_ne=0.80, test_ne=0.82, test_auc=0.71, test_logloss=0.45, mflops=0.5, params=80,
+                    train_seconds=1.5),
+        TrialResult(val_ne=0.75, test_ne=0.76, test_auc=0.74, test_logloss=0.43, mflops=2.0, params=480,
+                    train_seconds=2.5),
+        TrialResult.failure("loss is NaN at step 40", mflops=9.0),
+    ]
+    children = [tracker.log_trial(parent, a, r, {"trial": str(i)}) for i, (a, r) in enumerate(zip(archs, results))]
+    base = TrialResult(val_ne=0.78, test_ne=0.79, test_auc=0.72, test_logloss=0.44, mflops=1.0, params=100)
+    children.append(tracker.log_trial(parent, ToyArch((32,), "relu"), base, baseline="dlrm"))
+    table = pareto_table(zip(archs, results), {"dlrm": base}, objective=Objective())
+    tracker.finish_search(parent, table, archs[1], {"strategy": "evolution", "asked": 3})
+    return parent, children, archs, results, MlflowClient(uri)
+
+
+def test_experiment_artifacts_live_beside_the_database(store, search):
+    root, uri, tracker = store
+    client = search[-1]
+    exp = client.get_experiment_by_name("toy-search")
+    assert Path(exp.artifact_location.removeprefix("file://")) == root / "artifacts"
+    assert (root / "artifacts" / search[0]).is_dir()
+
+
+def test_parent_run_has_config_space_and_final_artifacts(search):
+    parent, _, archs, _, client = search
+    run = client.get_run(parent)
+    assert run.info.status == "FINISHED" and run.data.tags["rankitect.kind"] == "search"
+    assert run.data.tags["rankitect.strategy"] == "evolution" and run.data.tags["rankitect.space"] == "toy"
+    assert run.data.params["search.trials"] == "3"
+    assert run.data.params["search.baselines"] == "['dlrm', 'dcnv2']"
+    assert len(run.data.params["data.note"]) == 500  # cut; the whole config is an artifact
+    files = {f.path for f in client.list_artifacts(parent)}
+    assert files == {"config.yaml", "space.json", "pareto.csv", "pareto.png", "best_genotype.json",
+                     "search_state.json"}
+    config = yaml.safe_load(Path(client.download_artifacts(parent, "config.yaml")).read_text())
+    assert config == CONFIG
+    best = json.loads(Path(client.download_artifacts(parent, "best_genotype.json")).read_text())
+    assert best == json.loads(archs[1].to_json())
+    assert run.data.tags["best_genotype_hash"] == archs[1].hash
+    assert run.data.metrics["best/test_ne"] == 0.76 and run.data.metrics["best/mflops"] == 2.0
+
+
+def test_children_are_nested_with_metrics_params_status_and_genotype(search):
+    parent, children, archs, results, client = search
+    for child, arch, result in zip(children, archs, results):
+        run = client.get_run(child)
+        assert run.data.tags["mlflow.parentRunId"] == parent
+        assert run.data.params == {"genotype_hash": arch.hash}
+        assert run.info.run_name == arch.hash
+        genotype = json.loads(Path(client.download_artifacts(child, "genotype.json")).read_text())
+        assert genotype == json.loads(arch.to_json())
+        expected = {"val/ne": result.val_ne, "test/ne": result.test_ne, "test/auc": result.test_auc,
+                    "test/logloss": result.test_logloss, "mflops": result.mflops, "params": result.params,
+                    "train_seconds": result.train_seconds}
+        assert run.data.metrics == {k: v for k, v in expected.items() if v is not None}
+    failed = client.get_run(children[2])
+    assert failed.info.status == "FAILED" and failed.data.tags["error"] == "loss is NaN at step 40"
+    assert client.get_run(children[0]).info.status == "FINISHED"
+    baseline = client.get_run(children[3])
+    assert baseline.data.tags["rankitect.kind"] == "baseline" and baseline.info.run_name == "dlrm"
+
+
+def test_runs_table_is_sorted_by_test_ne_and_searches_are_listed(store, search):
+    tracker, parent = store[2], search[0]
+    df = tracker.runs_table(parent)
+    assert df["name"].tolist()[:3] == [search[2][1].hash, "dlrm", search[2][0].hash]
+    assert df["status"].iloc[-1] == "FAILED" and df["mflops"].iloc[-1] == 9.0
+    assert len(tracker.runs_table()) == 4  # the experiment holds one search
+    searches = tracker.searches_table()
+    assert searches["run_id"].tolist() == [parent] and searches["best/test_ne"].iloc[0] == 0.76
+
+
+def test_uri_resolution_and_ui_command(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert DEFAULT_URI == "sqlite:///mlruns/mlflow.db"
+    assert resolve_uri() == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://localhost:5000")
+    assert resolve_uri() == "http://localhost:5000"
+    assert resolve_uri("sqlite:///x.db") == f"sqlite:///{tmp_path}/x.db"
+    argv = ui_command("sqlite:///runs/m.db", host="0.0.0.0", port=6006)
+    assert argv[1:] == ["-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{tmp_path}/runs/m.db",
+                        "--host", "0.0.0.0", "--port", "6006", "--default-artifact-root", f"{tmp_path}/runs/artifacts"]
+    assert "--default-artifact-root" not in ui_command()  # a server decides its own artifacts
+    with pytest.raises(ValueError, match="port"):
+        ui_command(port=0)
