@@ -110,3 +110,19 @@ def test_trial_result_validation():
     assert TrialResult.from_dict(json.loads(json.dumps(r.to_dict()))) == r
     with pytest.raises(ValueError, match="unknown TrialResult keys"):
         TrialResult.from_dict({"ne": 1.0})
+
+
+def test_strategy_from_config():
+    from rankitect.config import load_config
+    from rankitect.errors import ConfigError
+    from rankitect.search.factory import strategy_from_config
+
+    cfg = load_config(overrides=["search.strategy=evolution", "search.evolution.population=3",
+                                 "search.evolution.sample_size=2", "search.target_mflops=5.0"])
+    strategy = strategy_from_config(cfg.search, ToySpace())
+    assert (strategy.name, strategy.population, strategy.sample_size) == ("evolution", 3, 2)
+    assert strategy.objective.target_mflops == 5.0 and strategy.objective.penalty == cfg.search.penalty
+    with pytest.raises(ConfigError, match="search.study_name"):
+        strategy_from_config(load_config(overrides=["search.storage=sqlite:///x.db"]).search, ToySpace())
+    with pytest.raises(ConfigError, match="search.strategy"):
+        strategy_from_config(load_config(overrides=["search.strategy=anneal"]).search, ToySpace())
