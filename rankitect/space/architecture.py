@@ -27,8 +27,8 @@ from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
 RAW_INPUTS = ("dense", "sparse")
 InputRef = Union[int, str]
 _SCALARS = (bool, int, float, str)
-# Int params that may be 0 (everything else int-valued must be >= 1): DCN's full-rank switch.
-_ZERO_OK = {("dcn", "low_rank")}
+# Int params that may be 0 (every other int param must be >= 1): DCN full rank, a Wukong FMB without hidden layers.
+_ZERO_OK = {("dcn", "low_rank"), ("wukong", "mlp_layers")}
 
 
 def _freeze(key: str, value: Any) -> Any:

@@ -1,0 +1,220 @@
+"""Search spaces: a flat dict of labelled choices and a pure ``decode(sample) -> Architecture``.
+
+A *sample* maps every label to one of its options (JSON scalars, so Optuna can suggest them).
+A preset subclasses :class:`SearchSpace` and writes two functions: ``_decode`` (reads labels from
+the sample and builds the genes) and ``_encode`` (reads an architecture back into a sample). The
+labels a decode reads are the *active* ones; the others are ignored (they may even be missing), so
+activity is never declared twice. ``encode`` is checked by decoding: it returns a sample only if
+that sample decodes to exactly the given architecture.
+
+Presets are registered in :data:`SPACES` and built with :func:`get_space`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rankitect.space.architecture import Architecture
+
+_OPTION_TYPES = (bool, int, float, str, type(None))
+MAX_MUTATION_TRIES = 200
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One labelled choice: ``options`` are distinct JSON scalars (int, float, str, bool, None).
+
+    >>> Choice("b0.width", (16, 32)).options
+    (16, 32)
+    """
+
+    label: str
+    options: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", tuple(self.options))
+        if not self.options:
+            raise ValueError(f"choice {self.label!r}: needs at least one option")
+        for o in self.options:
+            if not isinstance(o, _OPTION_TYPES):
+                raise ValueError(f"choice {self.label!r}: option {o!r} is not a JSON scalar")
+        keys = [(type(o), o) for o in self.options]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"choice {self.label!r}: duplicate options in {list(self.options)}")
+
+    def index(self, value: Any) -> int:
+        """Position of ``value`` among the options (type-exact: ``True`` is not ``1``)."""
+        for i, o in enumerate(self.options):
+            if type(o) is type(value) and o == value:
+                return i
+        raise ValueError(f"choice {self.label!r}: {value!r} is not one of {list(self.options)}")
+
+
+class SampleReader(Mapping[str, Any]):
+    """Read access to a sample that checks each value and records which labels were read."""
+
+    def __init__(self, choices: Mapping[str, Choice], sample: Mapping[str, Any]) -> None:
+        self._choices, self._sample = choices, sample
+        self.read: list[str] = []
+
+    def __getitem__(self, label: str) -> Any:
+        if label not in self._choices:
+            raise KeyError(f"the space has no choice {label!r}")
+        if label not in self._sample:
+            raise ValueError(f"sample: missing active choice {label!r}")
+        value = self._sample[label]
+        self._choices[label].index(value)
+        if label not in self.read:
+            self.read.append(label)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._choices)
+
+    def __len__(self) -> int:
+        return len(self._choices)
+
+
+class SearchSpace:
+    """Base class of the presets: labelled choices, sampling, decode/encode and mutation.
+
+    Args:
+        name: the preset's name in :data:`SPACES`.
+        choices: the labelled choices, in a fixed order (sampling draws them in this order).
+        options: the preset options it was built with (logged by :meth:`to_dict`).
+    """
+
+    def __init__(self, name: str, choices: Sequence[Choice], options: Mapping[str, Any]) -> None:
+        self.name = name
+        self.choices: dict[str, Choice] = {}
+        for c in choices:
+            if c.label in self.choices:
+                raise ValueError(f"space {name!r}: duplicate choice label {c.label!r}")
+            self.choices[c.label] = c
+        self.options = dict(options)
+
+    def _decode(self, sample: Mapping[str, Any]) -> Architecture:
+        raise NotImplementedError
+
+    def _encode(self, arch: Architecture) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
+        """Draw every choice uniformly (inactive ones too: decode ignores them)."""
+        return {label: c.options[int(rng.integers(len(c.options)))] for label, c in self.choices.items()}
+
+    def decode(self, sample: Mapping[str, Any]) -> Architecture:
+        """The architecture of ``sample`` (pure; inactive labels are ignored)."""
+        return self._decode(SampleReader(self.choices, sample))
+
+    def active(self, sample: Mapping[str, Any]) -> list[str]:
+        """The labels that decoding ``sample`` reads, in reading order."""
+        reader = SampleReader(self.choices, sample)
+        self._decode(reader)
+        return list(reader.read)
+
+    def encode(self, arch: Architecture) -> dict[str, Any] | None:
+        """A full sample (every label) that decodes to ``arch``, or ``None`` if ``arch`` is not in the space."""
+        try:
+            partial = self._encode(arch)
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+        if partial is None:
+            return None
+        sample = {label: partial.get(label, c.options[0]) for label, c in self.choices.items()}
+        try:
+            return sample if self.decode(sample) == arch else None
+        except ValueError:
+            return None
+
+    def contains(self, arch: Architecture) -> bool:
+        return self.encode(arch) is not None
+
+    def mutate(self, arch: Architecture, rng: np.random.Generator, num_mutations: int = 1) -> Architecture:
+        """Re-draw ``num_mutations`` active choices (one at a time) to other options.
+
+        Each step must change the architecture; the result differs from ``arch``. Raises
+        ``ValueError`` if ``arch`` is not in the space.
+        """
+        if isinstance(num_mutations, bool) or not isinstance(num_mutations, int) or num_mutations < 1:
+            raise ValueError(f"num_mutations must be an int >= 1, got {num_mutations!r}")
+        sample = self.encode(arch)
+        if sample is None:
+            raise ValueError(f"mutate: architecture {arch.hash} is not in space {self.name!r}")
+        current = arch
+        for _ in range(num_mutations):
+            sample, current = self._mutate_once(sample, current, arch, rng)
+        return current
+
+    def _mutate_once(
+        self, sample: dict[str, Any], current: Architecture, original: Architecture, rng: np.random.Generator
+    ) -> tuple[dict[str, Any], Architecture]:
+        for _ in range(MAX_MUTATION_TRIES):
+            movable = [lb for lb in self.active(sample) if len(self.choices[lb].options) > 1]
+            if not movable:
+                break
+            label = movable[int(rng.integers(len(movable)))]
+            choice = self.choices[label]
+            others = [o for i, o in enumerate(choice.options) if i != choice.index(sample[label])]
+            candidate = {**sample, label: others[int(rng.integers(len(others)))]}
+            child = self.decode(candidate)
+            if child != current and child != original:
+                return candidate, child
+        raise RuntimeError(f"space {self.name!r}: no mutation changed the architecture in {MAX_MUTATION_TRIES} tries")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The space as JSON data, for logging: name, options and every choice's options."""
+        opts = {k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()}
+        return {"name": self.name, "options": opts, "choices": {lb: list(c.options) for lb, c in self.choices.items()}}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {len(self.choices)} choices)"
+
+
+SPACES: dict[str, Callable[..., SearchSpace]] = {}
+
+
+def register_space(name: str) -> Callable[[Callable[..., SearchSpace]], Callable[..., SearchSpace]]:
+    """Decorator adding a preset factory to :data:`SPACES`; a second one of one name is an error."""
+
+    def wrap(factory: Callable[..., SearchSpace]) -> Callable[..., SearchSpace]:
+        if name in SPACES:
+            raise ValueError(f"search space {name!r} is already registered")
+        SPACES[name] = factory
+        return factory
+
+    return wrap
+
+
+def get_space(name: str, **options: Any) -> SearchSpace:
+    """Build preset ``name`` with ``options`` (each must be a keyword of the preset's factory).
+
+    >>> space = get_space("nasrec", num_blocks=2, widths=(16, 32), tokens=(4, 8))
+    >>> arch = space.decode(space.sample(np.random.default_rng(0)))
+    >>> space.contains(arch), space.encode(arch) is not None
+    (True, True)
+    >>> get_space("nasrec", width=(16,))
+    Traceback (most recent call last):
+    ...
+    ValueError: space 'nasrec': unknown option 'width'; known: ['embedding_dim', 'head_widths', 'max_inputs', 'merge_tokens', 'num_blocks', 'num_heads', 'tokens', 'use_dense', 'widths']
+    """
+    if name not in SPACES:
+        raise ValueError(f"unknown search space {name!r}; known: {sorted(SPACES)}")
+    factory = SPACES[name]
+    known = sorted(inspect.signature(factory).parameters)
+    for key in options:
+        if key not in known:
+            raise ValueError(f"space {name!r}: unknown option {key!r}; known: {known}")
+    return factory(**options)
+
+
+def as_tuple(name: str, value: Sequence[Any]) -> tuple[Any, ...]:
+    """A preset option given as a list or tuple, as a non-empty tuple."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise ValueError(f"option {name!r} must be a non-empty list, got {value!r}")
+    return tuple(value)
