@@ -25,7 +25,8 @@ def objective_from_config(cfg: SearchConfig) -> Objective:
 def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
     """The options of ``cfg.strategy`` that the config sets (shared storage only when given)."""
     if cfg.strategy not in STRATEGIES:
-        raise ConfigError(f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
+        raise ConfigError(
+            f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
     if cfg.storage is not None and not cfg.study_name:
         raise ConfigError(f"config key 'search.study_name': needed with search.storage={cfg.storage!r}, "
                           "so that the processes sharing the storage find one study")

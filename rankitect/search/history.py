@@ -89,11 +89,13 @@ class StudyHistory:
         return h in self._pending
 
     def finished(self) -> list[Record]:
-        optuna = _optuna.import_optuna()
-        done = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL))
+        states = _optuna.import_optuna().trial.TrialState
+        done = self.study.get_trials(deepcopy=False, states=(states.COMPLETE, states.FAIL))
         done = [t for t in done if _optuna.HASH_ATTR in t.user_attrs and _optuna.DUPLICATE_ATTR not in t.user_attrs]
-        done.sort(key=lambda t: (t.datetime_complete, t.number))
-        return [Record(t.user_attrs[_optuna.HASH_ATTR], t.params, math.inf if t.value is None else t.value) for t in done]
+        done.sort(key=lambda t: (t.datetime_complete, t.number))  # the order they finished in, all processes
+        return [
+            Record(t.user_attrs[_optuna.HASH_ATTR], t.params, math.inf if t.value is None else t.value) for t in done
+        ]
 
     def seen(self) -> set[str]:
         trials = self.study.get_trials(deepcopy=False)

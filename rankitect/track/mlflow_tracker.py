@@ -203,7 +203,9 @@ class Tracker:
             if not token:
                 return runs
 
-    def _log(self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None) -> None:
+    def _log(
+        self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
         from mlflow.entities import Metric, Param
 
         now = int(time.time() * 1000)
