@@ -4,10 +4,17 @@ A strategy proposes architectures and learns from their results; it never trains
 The runner's loop is ``arch = strategy.ask()``, train and score ``arch``, then
 ``strategy.tell(arch, result)`` with a :class:`TrialResult`:
 
->>> TrialResult(val_ne=0.80, test_ne=0.81, mflops=1.5).ok
+>>> from rankitect.search import build_strategy
+>>> from rankitect.space import get_space
+>>> strategy = build_strategy("evolution", get_space("nasrec"), seed=0, population=8, sample_size=2)
+>>> arch = strategy.ask()
+>>> strategy.tell(arch, TrialResult(val_ne=0.80, test_ne=0.81, mflops=1.5))
+>>> other = strategy.ask()
+>>> strategy.tell(other, TrialResult.failure("loss is NaN at step 40"))
+>>> restored = build_strategy("evolution", get_space("nasrec"), seed=0, population=8, sample_size=2)
+>>> restored.load_state_dict(strategy.state_dict())  # e.g. from a checkpoint, after a restart
+>>> restored.ask() == strategy.ask()
 True
->>> TrialResult.failure("loss is NaN at step 40").status
-'failed'
 
 Several asks may be outstanding at once (a pool of workers); each is told exactly once, failed
 trials included (``TrialResult.failure(...)``). Every strategy owns one ``numpy.random.Generator``
