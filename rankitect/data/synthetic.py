@@ -178,24 +178,30 @@ def _request_sizes(rng: np.random.Generator, n: int) -> np.ndarray:
     return 1 + rng.binomial(19, 7 / 19, size=n)  # 1..20 candidates, mean 8
 
 
-def request_blocks(rows: int, seed: int) -> Iterator[tuple[int, int, np.ndarray]]:
-    """``(block, first request id, sizes)`` per block of requests; the sizes sum to ``rows``."""
+def request_blocks(rows: int, seed: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(block, first request id, full sizes, kept sizes)`` per block of requests.
+
+    The kept sizes sum to ``rows`` over all blocks (the last block keeps a prefix of its requests,
+    the last of them possibly cut short); features are always drawn for the full block and then
+    cut, so a block's rows do not depend on ``rows``.
+    """
     left, block = rows, 0
     while left > 0:
-        sizes = _request_sizes(np.random.default_rng([seed, 3, block]), BLOCK_REQUESTS)
-        csum = np.cumsum(sizes)
+        full = _request_sizes(np.random.default_rng([seed, 3, block]), BLOCK_REQUESTS)
+        sizes = full
+        csum = np.cumsum(full)
         if csum[-1] >= left:
             k = int(np.searchsorted(csum, left))  # the request that reaches `left` is cut short
-            sizes = sizes[: k + 1].copy()
+            sizes = full[: k + 1].copy()
             sizes[-1] -= int(csum[k] - left)
         left -= int(sizes.sum())
-        yield block, block * BLOCK_REQUESTS, sizes
+        yield block, block * BLOCK_REQUESTS, full, sizes
         block += 1
 
 
 def _split_rows(rows: int, seed: int, fractions: Sequence[float]) -> dict[str, int]:
     counts = np.zeros(3, np.int64)
-    for _, first, sizes in request_blocks(rows, seed):
+    for _, first, _, sizes in request_blocks(rows, seed):
         codes = request_splits(np.arange(first, first + len(sizes)), fractions, seed)
         counts += np.bincount(codes, weights=sizes, minlength=3).astype(np.int64)
     return dict(zip(SPLITS, counts.tolist()))
@@ -233,8 +239,10 @@ def generate_synthetic(
 def _chunks(teacher: Teacher, rows: int, seed: int, chunk_rows: int) -> Iterator[_Rows]:
     """Blocks of requests concatenated until a chunk holds at least ``chunk_rows`` rows."""
     parts: list[_Rows] = []
-    for block, first, sizes in request_blocks(rows, seed):
-        parts.append(teacher.draw_block(np.random.default_rng([seed, 1, block]), sizes, first))
+    for block, first, full, sizes in request_blocks(rows, seed):
+        rows_of_block = teacher.draw_block(np.random.default_rng([seed, 1, block]), full, first)
+        n = int(sizes.sum())
+        parts.append(_Rows(*(getattr(rows_of_block, k)[:n] for k in ("dense", "ids", "request_ids", "label_u"))))
         if sum(len(p.label_u) for p in parts) >= chunk_rows:
             yield _concat(parts)
             parts = []

@@ -1,0 +1,108 @@
+"""The cached format: round trip, statistics, batches and request-preserving shuffles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
+from rankitect.data.store import ClickData, StoreWriter
+from rankitect.errors import DataError
+
+SPEC = FeatureSpec(dense=(DenseFeature("d0"), DenseFeature("d1")),
+                   sparse=(SparseFeature("u", 7, side="request"), SparseFeature("s", 50)))
+
+
+def _rows(n_requests: int, seed: int) -> dict[str, np.ndarray]:
+    """Requests of 1..5 rows; ids chosen so each row is recognisable (s = row % 50)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 6, n_requests)
+    rid = np.repeat(np.arange(100, 100 + n_requests), sizes)
+    n = len(rid)
+    sparse = np.stack([rid % 7, np.arange(n) % 50], 1)
+    return {"dense": rng.normal(size=(n, 2)).astype(np.float32), "sparse": sparse,
+            "labels": (rng.random(n) < 0.3).astype(np.float32), "request_ids": rid}
+
+
+@pytest.fixture()
+def data(tmp_path) -> tuple[ClickData, dict[str, np.ndarray]]:
+    r = _rows(60, 0)
+    n = len(r["labels"])
+    with StoreWriter(tmp_path / "d", SPEC, {"train": n, "val": 0, "test": 0}) as w:
+        for i in range(0, n, 17):  # several chunks, cutting requests
+            w.write("train", *(r[k][i:i + 17] for k in ("dense", "sparse", "labels", "request_ids")))
+        w.close({"source": "test"})
+    return ClickData.open(tmp_path / "d"), r
+
+
+def test_round_trip_and_stats(data) -> None:
+    d, r = data
+    tr = d.split("train")
+    np.testing.assert_array_equal(tr.dense, r["dense"])
+    np.testing.assert_array_equal(tr.sparse, r["sparse"])
+    np.testing.assert_array_equal(tr.request_ids, r["request_ids"])
+    assert tr.sparse.dtype == np.int32 and tr.probs is None and tr.bayes_ne is None
+    assert tr.ctr == pytest.approx(float(np.mean(r["labels"])))
+    assert tr.n_requests == 60 == len(set(r["request_ids"].tolist()))
+    assert len(d.split("val")) == 0 and d.spec == SPEC
+
+
+def test_batches_in_order(data) -> None:
+    d, r = data
+    batches = list(d.split("train").batches(32, shuffle=False))
+    n = len(r["labels"])
+    assert [len(b) for b in batches] == [32] * (n // 32) + ([n % 32] if n % 32 else [])
+    b = batches[1]
+    np.testing.assert_array_equal(b.sparse_ids().numpy(), r["sparse"][32:64])
+    np.testing.assert_array_equal(b.sparse["s"].values().numpy(), r["sparse"][32:64, 1])
+    np.testing.assert_allclose(b.dense.numpy(), r["dense"][32:64])
+    assert len(list(d.split("train").batches(32, shuffle=False, drop_last=True))) == n // 32
+
+
+def test_shuffle_permutes_requests_not_rows(data) -> None:
+    d, r = data
+    tr = d.split("train")
+    batches = list(tr.batches(16, shuffle=True, seed=5))
+    rid = np.concatenate([b.request_ids.numpy() for b in batches])
+    col = np.concatenate([b.sparse_ids()[:, 1].numpy() for b in batches])
+    assert sorted(col.tolist()) == sorted(r["sparse"][:, 1].tolist())  # every row exactly once
+    runs = rid[np.r_[True, rid[1:] != rid[:-1]]]
+    assert len(runs) == len(set(runs.tolist())) == 60  # each request one contiguous run
+    assert not np.array_equal(runs, np.unique(runs))  # and the requests were reordered
+    for q in runs[:5]:  # rows of a request keep their stored order
+        np.testing.assert_array_equal(col[rid == q], r["sparse"][r["request_ids"] == q, 1])
+    again = np.concatenate([b.request_ids.numpy() for b in tr.batches(16, shuffle=True, seed=5)])
+    other = np.concatenate([b.request_ids.numpy() for b in tr.batches(16, shuffle=True, seed=6)])
+    assert np.array_equal(rid, again) and not np.array_equal(rid, other)
+
+
+def test_writer_checks_sizes_and_cleans_up(tmp_path) -> None:
+    r = _rows(5, 1)
+    n = len(r["labels"])
+    w = StoreWriter(tmp_path / "d", SPEC, {"train": n + 1, "val": 0, "test": 0})
+    w.write("train", r["dense"], r["sparse"], r["labels"], r["request_ids"])
+    with pytest.raises(ValueError, match="declared"):
+        w.close({})
+    assert list(tmp_path.iterdir()) == []  # no half-written directory left
+    with StoreWriter(tmp_path / "d", SPEC, {"train": 1, "val": 0, "test": 0}) as w:
+        with pytest.raises(ValueError, match="past"):
+            w.write("train", r["dense"], r["sparse"], r["labels"], r["request_ids"])
+        bad = r["sparse"][:1] + 50
+        with pytest.raises(ValueError, match="outside"):
+            w.write("train", r["dense"][:1], bad, r["labels"][:1], r["request_ids"][:1])
+
+
+def test_refuses_foreign_directories(tmp_path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "precious.txt").write_text("keep me")
+    r = _rows(2, 2)
+    n = len(r["labels"])
+    w = StoreWriter(tmp_path / "x", SPEC, {"train": n, "val": 0, "test": 0})
+    w.write("train", r["dense"], r["sparse"], r["labels"], r["request_ids"])
+    with pytest.raises(DataError, match="not a rankitect data directory"):
+        w.close({})
+    assert (tmp_path / "x" / "precious.txt").read_text() == "keep me"
+    with pytest.raises(DataError, match="no such data directory"):
+        ClickData.open(tmp_path / "missing")
+    with pytest.raises(DataError, match="not a rankitect data directory"):
+        ClickData.open(tmp_path / "x")
