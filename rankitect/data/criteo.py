@@ -48,8 +48,9 @@ INT_NAMES = tuple(f"I{i + 1}" for i in range(N_INT))
 CAT_NAMES = tuple(f"C{i + 1}" for i in range(N_CAT))
 DEFAULT_VOCAB_SIZE = 100_000
 DEFAULT_CHUNK_BYTES = 16 << 20
-_DTYPES = {0: np.float64, **{i: np.float64 for i in range(1, 1 + N_INT)}, **{i: object for i in range(1 + N_INT, N_COLS)}}
+_DTYPES = {i: (np.float64 if i <= N_INT else object) for i in range(N_COLS)}  # label, ints, categoricals
 _NUMERIC_NA = {i: [""] for i in range(1 + N_INT)}
+_EMPTY = np.array([""], dtype=object)
 
 
 def _iter_blocks(path: Path, chunk_bytes: int, bar: tqdm | None = None) -> Iterator[tuple[bytes, np.ndarray]]:
@@ -85,8 +86,8 @@ def _check_lines(block: bytes, line0: int, path: Path) -> np.ndarray:
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)  # block ends with b"\n", so every line has an end
     starts = np.concatenate([[0], ends[:-1] + 1])
-    tabs = np.concatenate([[0], np.cumsum(a == 9)])
-    ntabs = tabs[ends] - tabs[starts]
+    tabs_before = np.searchsorted(np.flatnonzero(a == 9), ends)  # tabs before each line end
+    ntabs = np.diff(tabs_before, prepend=0)
     length = ends - starts
     cr = length > 0
     cr[cr] = a[ends[cr] - 1] == 13
@@ -94,7 +95,8 @@ def _check_lines(block: bytes, line0: int, path: Path) -> np.ndarray:
     bad = np.flatnonzero(~blank & (ntabs != N_COLS - 1))
     if len(bad):
         k = bad[0]
-        raise DataError(f"wrong number of columns: {ntabs[k] + 1}, expected {N_COLS}", path=str(path), line=line0 + int(k))
+        raise DataError(f"wrong number of columns: {ntabs[k] + 1}, expected {N_COLS}",
+                        path=str(path), line=line0 + int(k))
     return line0 + np.flatnonzero(~blank)
 
 
@@ -137,10 +139,9 @@ def _cat_ids(cats: pd.DataFrame, vocab_size: int, vocabs: list[Vocab] | None) ->
     """Ids ``(n, 26)`` of the categorical strings: hashed buckets, or the counted vocabularies."""
     ids = np.empty((len(cats), N_CAT), dtype=np.int64)
     for j in range(N_CAT):
-        values = cats.iloc[:, j].to_numpy()
-        h = hash_strings(values, salt=j + 1)
+        h = hash_strings(cats.iloc[:, j].to_numpy(), salt=j + 1)
         col = vocabs[j].lookup(h) if vocabs is not None else buckets(h, vocab_size)
-        ids[:, j] = np.where(values == "", 0, col)
+        ids[:, j] = np.where(h == hash_strings(_EMPTY, salt=j + 1)[0], 0, col)  # "" is missing
     return ids
 
 
@@ -213,8 +214,8 @@ def _build(path: Path, out: Path, meta: dict[str, Any], chunk_bytes: int, progre
     sizes = [v.size for v in vocabs] if vocabs is not None else [vocab_size] * N_CAT
     spec = _spec(sizes, opt["request_features"])
     row0 = 0
-    with StoreWriter(out, spec, rows) as w, \
-            tqdm(total=path.stat().st_size, unit="B", unit_scale=True, disable=not progress, desc="criteo: parse") as bar:
+    bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, disable=not progress, desc="criteo: parse")
+    with StoreWriter(out, spec, rows) as w, bar:
         for block, lines in _iter_blocks(path, chunk_bytes, bar):
             labels, dense, cats = _parse_block(block, lines, path)
             ids = _cat_ids(cats, vocab_size, vocabs)

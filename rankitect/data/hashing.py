@@ -53,7 +53,8 @@ def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     """Validate (train, val, test) fractions: three non-negative numbers summing to 1."""
     fr = tuple(float(f) for f in fractions)
     if len(fr) != 3 or min(fr) < 0 or abs(sum(fr) - 1.0) > 1e-6 or fr[0] == 0:
-        raise ValueError(f"split fractions must be 3 non-negative numbers summing to 1 with train > 0, got {fractions!r}")
+        raise ValueError(f"split fractions must be 3 non-negative numbers summing to 1 with train > 0, "
+                         f"got {fractions!r}")
     return fr  # type: ignore[return-value]
 
 

@@ -277,7 +277,8 @@ class StoreWriter:
         if i + n > self.expected[split]:
             raise ValueError(f"split {split!r}: writing rows {i}..{i + n} past its declared {self.expected[split]}")
         if ("probs" in arrs) != (probs is not None):
-            raise ValueError(f"split {split!r}: probs given={probs is not None} but writer with_probs={'probs' in arrs}")
+            raise ValueError(f"split {split!r}: probs given={probs is not None} "
+                             f"but the writer has with_probs={'probs' in arrs}")
         sparse = np.asarray(sparse)
         vocab = np.array([f.vocab_size for f in self.spec.sparse])
         if n and ((sparse < 0) | (sparse >= vocab)).any():

@@ -97,7 +97,8 @@ class Teacher:
         side = lambda i, n_req: "request" if i < n_req else "candidate"  # noqa: E731
         return FeatureSpec(
             dense=tuple(DenseFeature(f"I{i + 1}", side(i, N_REQUEST_DENSE)) for i in range(N_DENSE)),
-            sparse=tuple(SparseFeature(f"C{i + 1}", int(v), side(i, N_REQUEST_SPARSE)) for i, v in enumerate(self.vocab)),
+            sparse=tuple(SparseFeature(f"C{i + 1}", int(v), side(i, N_REQUEST_SPARSE))
+                         for i, v in enumerate(self.vocab)),
             name="synthetic",
         )
 

@@ -117,8 +117,10 @@ def _read_frame(path: Path, s: dict[str, Any], schema_path: Path) -> pd.DataFram
         for key in ("label", "dense", "sparse", "request_id"):
             for c in [s[key]] if isinstance(s[key], str) else (s[key] or []):
                 if c not in present:
-                    raise DataError(f"{key}: column {c!r} not in {path} (columns: {sorted(present)})", path=str(schema_path))
-        cols = list(dict.fromkeys([s["label"], *s["dense"], *s["sparse"]] + ([s["request_id"]] if s["request_id"] else [])))
+                    raise DataError(f"{key}: column {c!r} not in {path} (columns: {sorted(present)})",
+                                    path=str(schema_path))
+        rid = [s["request_id"]] if s["request_id"] else []
+        cols = list(dict.fromkeys([s["label"], *s["dense"], *s["sparse"], *rid]))
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path, columns=cols)
         strings = {c: str for c in [*s["sparse"], s["request_id"]] if c}
@@ -164,7 +166,8 @@ def _requests(df: pd.DataFrame, s: dict[str, Any]) -> tuple[np.ndarray, np.ndarr
         return rid, rid, request_splits(rid, s["fractions"], s["split_seed"])
     values, _ = _strings(df, s["request_id"])
     codes, uniques = pd.factorize(values, sort=False)  # request numbers in order of first appearance
-    split_of_request = split_codes(hash_strings(np.asarray(uniques, dtype=object), salt=s["split_seed"]), s["fractions"])
+    request_hash = hash_strings(np.asarray(uniques, dtype=object), salt=s["split_seed"])
+    split_of_request = split_codes(request_hash, s["fractions"])
     return np.argsort(codes, kind="stable"), codes.astype(np.int64), split_of_request[codes]
 
 
@@ -227,8 +230,11 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
     labels = _numeric(df, s["label"], p)
     bad = np.flatnonzero((labels != 0) & (labels != 1))
     if len(bad):
-        raise DataError(f"label {s['label']!r} must be 0 or 1, got {df[s['label']].iloc[bad[0]]!r}", **_where(p, int(bad[0])))
-    dense = np.stack([np.nan_to_num(_numeric(df, c, p), nan=0.0) for c in s["dense"]], 1) if s["dense"] else np.zeros((len(df), 0))
+        raise DataError(f"label {s['label']!r} must be 0 or 1, got {df[s['label']].iloc[bad[0]]!r}",
+                        **_where(p, int(bad[0])))
+    dense = np.zeros((len(df), len(s["dense"])))  # missing -> 0
+    for j, c in enumerate(s["dense"]):
+        dense[:, j] = np.nan_to_num(_numeric(df, c, p), nan=0.0)
     order, rid, codes = _requests(df, s)
     ids, sizes = _sparse_ids(df, s, codes == 0)
     columns = {c: dense[:, j] for j, c in enumerate(s["dense"])} | {c: ids[:, j] for j, c in enumerate(s["sparse"])}
