@@ -126,9 +126,21 @@ def _canonical_params(op: str, params: Mapping[str, Any]) -> Params:
             full[name] = p.default
     frozen = Params(full)
     for name, value in frozen.items():
+        _check_param_type(name, value, accepted[name].annotation)
         if isinstance(value, int) and not isinstance(value, bool):
             _check_int(f"params[{name!r}]", value, 0 if (op, name) in _ZERO_OK else 1)
     return frozen
+
+
+def _check_param_type(name: str, value: Any, annotation: Any) -> None:
+    """Check scalar params against the block's annotation (``int``, ``bool``, ``str``); others pass."""
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    expected = {"int": int, "bool": bool, "str": str, "float": (int, float)}.get(kind)
+    if expected is None:
+        return
+    wrong_bool = isinstance(value, bool) and kind != "bool"
+    if wrong_bool or not isinstance(value, expected):
+        raise ValueError(f"params[{name!r}]: must be {kind}, got {value!r}")
 
 
 @dataclass(frozen=True)
