@@ -50,7 +50,9 @@ class SparseEmbedding(nn.Module):
         self.dim = dim
         self.feature_names = [f.name for f in spec.sparse_in_field_order()]
         tables = [
-            EmbeddingBagConfig(name=f"t_{f.name}", embedding_dim=dim, num_embeddings=f.vocab_size, feature_names=[f.name])
+            EmbeddingBagConfig(
+                name=f"t_{f.name}", embedding_dim=dim, num_embeddings=f.vocab_size, feature_names=[f.name]
+            )
             for f in spec.sparse_in_field_order()
         ]
         self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device or torch.get_default_device()))

@@ -192,7 +192,9 @@ class RankingModel(nn.Module):
             shapes[i], requests[i] = tuple(block.out_shape), block.request_out
         self.head = Head(sum(_flat_size(shapes[r]) for r in arch.head.inputs), arch.head.widths)
 
-    def _build_gene(self, i: int, shapes: dict[InputRef, Shape], requests: dict[InputRef, int]) -> tuple[InputAdapter, Block]:
+    def _build_gene(
+        self, i: int, shapes: dict[InputRef, Shape], requests: dict[InputRef, int]
+    ) -> tuple[InputAdapter, Block]:
         gene, arch = self.arch.blocks[i], self.arch
         adapter = InputAdapter(
             [shapes[r] for r in gene.inputs],

@@ -49,14 +49,20 @@ LAYER_KNOBS: dict[str, dict[str, tuple[str, str]]] = {
         "mlp_width": ("mlp_width", "layer_widths"),
         "mlp_layers": ("mlp_layers", "mlp_layers"),
     },
-    "dhen": {"modules": ("modules", "dhen_modules"), "fields": ("out_fields", "fields"), "combine": ("combine", "combine")},
+    "dhen": {
+        "modules": ("modules", "dhen_modules"),
+        "fields": ("out_fields", "fields"),
+        "combine": ("combine", "combine"),
+    },
 }
 
 
 class EngineerSpace(SearchSpace):
     """The engineer space (see the module docstring); build it with ``get_space("engineer")``."""
 
-    def __init__(self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]]) -> None:
+    def __init__(
+        self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]]
+    ) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
             raise ValueError(f"option 'max_depth' must be an int >= 0, got {max_depth!r}")
         heads = tuple(h for h in menus["heads"] if embedding_dim % h == 0)
@@ -105,7 +111,9 @@ class EngineerSpace(SearchSpace):
         path = "top"  # also the repair when nothing consumes fields (depth 0, flatten readout)
         if self.use_dense:
             layers = s["bottom.layers"]
-            x_dense = add(BlockGene("mlp", ("dense",), {"width": s["bottom.width"], "num_layers": layers})) if layers else "dense"
+            x_dense = "dense"
+            if layers:
+                x_dense = add(BlockGene("mlp", ("dense",), {"width": s["bottom.width"], "num_layers": layers}))
             if depth > 0 or readout != "flatten":
                 path = s["dense.path"]
         into_fields = x_dense is not None and path in ("fields", "both")
@@ -138,7 +146,8 @@ class EngineerSpace(SearchSpace):
         if self.use_dense:
             out["bottom.layers"], x_dense = 0, "dense"
             if genes and genes[0].op == "mlp" and genes[0].inputs == ("dense",):
-                out["bottom.layers"], out["bottom.width"], x_dense = genes[0].params["num_layers"], genes[0].params["width"], 0
+                out["bottom.layers"], out["bottom.width"] = genes[0].params["num_layers"], genes[0].params["width"]
+                x_dense = 0
                 p = 1
         first = genes[p] if p < len(genes) else None
         into_fields = first is not None and first.op in (*LAYER_OPS, *READOUTS) and x_dense in first.inputs
@@ -161,7 +170,8 @@ class EngineerSpace(SearchSpace):
             out["dense.path"] = "both" if into_fields and in_top else ("fields" if into_fields else "top")
         out["cross.layers"] = 0
         if p < len(genes) and genes[p].op == "dcn":
-            out["cross.layers"], out["cross.rank"], p = genes[p].params["num_layers"], genes[p].params["low_rank"], p + 1
+            out["cross.layers"], out["cross.rank"] = genes[p].params["num_layers"], genes[p].params["low_rank"]
+            p += 1
         out["deep.layers"] = 0
         if p < len(genes) and genes[p].op == "mlp":
             out["deep.layers"], out["deep.width"], p = genes[p].params["num_layers"], genes[p].params["width"], p + 1

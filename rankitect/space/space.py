@@ -198,10 +198,10 @@ def get_space(name: str, **options: Any) -> SearchSpace:
     >>> arch = space.decode(space.sample(np.random.default_rng(0)))
     >>> space.contains(arch), space.encode(arch) is not None
     (True, True)
-    >>> get_space("nasrec", width=(16,))
+    >>> get_space("nasrec", width=(16,))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: space 'nasrec': unknown option 'width'; known: ['embedding_dim', 'head_widths', 'max_inputs', 'merge_tokens', 'num_blocks', 'num_heads', 'tokens', 'use_dense', 'widths']
+    ValueError: space 'nasrec': unknown option 'width'; known: ['embedding_dim', ..., 'widths']
     """
     if name not in SPACES:
         raise ValueError(f"unknown search space {name!r}; known: {sorted(SPACES)}")

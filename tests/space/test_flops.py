@@ -55,7 +55,9 @@ ONE_BLOCK: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
 ]
 
 
-@pytest.mark.parametrize(("op", "inputs", "knobs", "tokens"), ONE_BLOCK, ids=[f"{o[0]}-{i}" for i, o in enumerate(ONE_BLOCK)])
+@pytest.mark.parametrize(
+    ("op", "inputs", "knobs", "tokens"), ONE_BLOCK, ids=[f"{o[0]}-{i}" for i, o in enumerate(ONE_BLOCK)]
+)
 @pytest.mark.parametrize("rocs", [False, True])
 def test_one_block_architectures(
     op: str, inputs: tuple[Any, ...], knobs: dict[str, Any], tokens: int, rocs: bool, spec: FeatureSpec, batch: Batch
