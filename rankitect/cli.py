@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rankitect.config import Config, load_config
@@ -65,6 +66,111 @@ def _print_description(desc: dict[str, Any]) -> None:
     print(feats.to_string(index=False))
 
 
+# --- search / train / runs / ui -----------------------------------------------------------------
+
+
+def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
+    from rankitect.search.runner import SearchRunner
+
+    _set_threads(cfg)
+    if args.resume:
+        runner = SearchRunner.resume(args.resume, cfg, _flag_overrides(args, args.flags) + list(args.overrides))
+    else:
+        runner = SearchRunner(cfg)
+    print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
+          f"space {runner.cfg.search.space}, {runner.cfg.search.trials} trials, data {runner.data.path}")
+    outcome = runner.run()
+    _print_outcome(outcome, runner)
+    return 0
+
+
+def _print_outcome(outcome: Any, runner: Any) -> None:
+    cols = ["name", "kind", "status", "val_ne", "test_ne", "test_auc", "mflops", "params", "objective", "on_front", "winner"]
+    print()
+    print(outcome.table[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    bayes = runner.data.split("test").bayes_ne
+    if bayes is not None:
+        print(f"\nBayes-optimal test NE (the floor): {bayes:.4f}")
+    if outcome.best is not None:
+        print(f"best architecture {outcome.best.hash}:")
+        print(outcome.best.to_json(indent=2))
+        print(f"written to {outcome.out_dir / 'best_genotype.json'}")
+    print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}; rankitect ui)")
+
+
+def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
+    from rankitect.data import open_data
+    from rankitect.search.base import TrialResult
+    from rankitect.space.flops import cost
+    from rankitect.track import Tracker
+    from rankitect.train.loop import train_architecture
+
+    _set_threads(cfg)
+    data = open_data(cfg.data.source, cfg.data, progress=True)
+    arch = _load_arch(args.arch, data.spec)
+    c = cost(arch, data.spec)
+    print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
+    out = train_architecture(arch, data, cfg.train)
+    result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
+    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"})
+    for k, v in sorted(out.metrics.items()):
+        print(f"{k:18s} {v:.4f}")
+    print(f"MLflow run: {run_id}")
+    return 0
+
+
+def _load_arch(ref: str, spec: Any) -> Any:
+    from rankitect.space.architecture import Architecture
+
+    if ref.startswith("baseline:"):
+        from rankitect.space.baselines import BASELINES, get_baseline
+
+        name = ref.split(":", 1)[1]
+        if name not in BASELINES:
+            raise UserError(f"--arch {ref}: unknown baseline {name!r}; known: {sorted(BASELINES)}")
+        return get_baseline(name, spec)
+    path = Path(ref)
+    if not path.is_file():
+        raise UserError(f"--arch {ref}: no such file (give a genotype JSON or baseline:NAME)")
+    try:
+        return Architecture.from_json(path.read_text())
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{path}: not a valid genotype: {e}") from None
+
+
+def cmd_runs(args: argparse.Namespace, cfg: Config) -> int:
+    import pandas as pd
+
+    from rankitect.track import Tracker
+
+    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    table = tracker.runs_table(args.run_id) if args.run_id else tracker.searches_table()
+    if not len(table):
+        print("no runs" + (f" under {args.run_id}" if args.run_id else f" in {tracker.uri}"))
+        return 0
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.drop(columns=[c for c in ("parent_id", "error") if c in table]).to_string(index=False))
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace, cfg: Config) -> int:
+    import subprocess
+
+    from rankitect.track import resolve_uri, ui_command
+
+    argv = ui_command(cfg.track.uri, host=args.host, port=args.port)
+    print(f"MLflow UI on http://{args.host}:{args.port} for {resolve_uri(cfg.track.uri)} (Ctrl-C stops it)")
+    return subprocess.call(argv)
+
+
+def _set_threads(cfg: Config) -> None:
+    if cfg.runtime.threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.runtime.threads)
+
+
 # --- parser -------------------------------------------------------------------------------------
 
 
@@ -73,6 +179,40 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rankitect", description="Neural architecture search for ranking (CTR) models."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    search = sub.add_parser("search", help="search architectures (NE vs FLOPs), tracked in MLflow")
+    search.add_argument("--strategy", help="random | evolution | tpe | nsga2")
+    search.add_argument("--space", help="nasrec | engineer")
+    search.add_argument("--trials", type=int, help="candidates to train")
+    search.add_argument("--steps", type=int, help="training steps per candidate")
+    search.add_argument("--seed", type=int)
+    search.add_argument("--target-mflops", type=float, help="FLOPs target of the penalty (MFLOPs/example)")
+    search.add_argument("--workers", type=int, help="local worker processes")
+    search.add_argument("--storage", help="Optuna RDB URL shared by several search processes")
+    search.add_argument("--study-name", help="study name in --storage")
+    search.add_argument("--resume", metavar="RUN_ID", help="continue the search of this MLflow run")
+    _add_config_args(search)
+    search.set_defaults(handler=cmd_search, flags={
+        "strategy": "search.strategy", "space": "search.space", "trials": "search.trials", "steps": "train.steps",
+        "seed": "search.seed", "target_mflops": "search.target_mflops", "workers": "search.workers",
+        "storage": "search.storage", "study_name": "search.study_name"})
+
+    train = sub.add_parser("train", help="train one architecture and log it to MLflow")
+    train.add_argument("--arch", required=True, help="a genotype JSON file or baseline:NAME")
+    train.add_argument("--steps", type=int)
+    _add_config_args(train)
+    train.set_defaults(handler=cmd_train, flags={"steps": "train.steps"})
+
+    runs = sub.add_parser("runs", help="list searches, or the candidates of one search by NE")
+    runs.add_argument("run_id", nargs="?", help="a search's MLflow run id")
+    _add_config_args(runs)
+    runs.set_defaults(handler=cmd_runs, flags={})
+
+    ui = sub.add_parser("ui", help="open the MLflow UI on the run store")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=5000)
+    _add_config_args(ui)
+    ui.set_defaults(handler=cmd_ui, flags={})
 
     data = sub.add_parser("data", help="write or inspect click data sets")
     data_sub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)

@@ -14,6 +14,7 @@ rankitect.errors.ConfigError: unknown config key 'search.trails' (known under 's
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -32,7 +33,7 @@ class DataConfig:
     file (with ``schema``), or a cache directory written earlier."""
 
     source: str = "synthetic"
-    rows: int = 60_000  # synthetic only
+    rows: int = 200_000  # synthetic only; one epoch of the default budget (300 x 512 rows)
     seed: int = 0  # synthetic only
     schema: str | None = None  # CSV / parquet only
     vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)
@@ -76,6 +77,7 @@ class SearchConfig:
     workers: int = 1
     storage: str | None = None
     study_name: str | None = None
+    output_dir: str | None = None  # checkpoint, Pareto table, best genotype; default: beside the store
     baselines: list[str] = field(default_factory=lambda: ["dlrm", "dcnv2", "deepfm", "autoint", "wukong", "dhen"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
 
@@ -106,24 +108,31 @@ class Config:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Defaults, then the YAML file at ``path`` (if any), then ``key=value`` overrides."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML: {e}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping, got {type(loaded).__name__}")
-        raw = loaded or {}
+    return config_from_dict(_read_yaml(path) if path is not None else {}, overrides)
+
+
+def config_from_dict(raw: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """A config from plain data (e.g. a logged config), then ``key=value`` overrides."""
+    raw = copy.deepcopy(raw)
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key=value")
         _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
     return _build(Config, raw, prefix="")
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        loaded = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping, got {type(loaded).__name__}")
+    return loaded or {}
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

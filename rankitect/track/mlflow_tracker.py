@@ -108,15 +108,18 @@ class Tracker:
         return run_id
 
     def log_trial(
-        self, parent_id: str, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
+        self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
         *, baseline: str | None = None,
     ) -> str:
         """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
 
         ``result`` is a ``rankitect.search.TrialResult`` (or has its attributes); returns the run id.
+        Without ``parent_id`` the run stands alone (``rankitect train``).
         """
         h = _hash_of(arch)
-        tags = {PARENT: parent_id, KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
+        tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
+        if parent_id is not None:
+            tags[PARENT] = parent_id
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
         tags.update({k: str(v) for k, v in (extra_tags or {}).items()})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Iterator
@@ -85,6 +86,7 @@ def train_model(
     Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges.
     """
     steps = cfg.steps if steps is None else steps
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
     task = RankingTask(model, cfg)
     trainer = make_trainer(cfg, max_steps=steps, callbacks=callbacks)
     train_dl = _loader(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True)
@@ -93,6 +95,7 @@ def train_model(
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
+        warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
         trainer.fit(task, train_dataloaders=train_dl, val_dataloaders=val_dl)
     seconds = time.perf_counter() - start
     metrics = score(model, data, cfg)

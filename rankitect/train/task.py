@@ -78,8 +78,11 @@ class RankingTask(pl.LightningModule):
         for opt in opts:
             opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
-        for opt in opts:
-            opt.step()
+        # Lightning counts every wrapped optimizer.step() as a global step; step all but the last
+        # through the raw optimizer so that one batch is one step (max_steps, val_check_interval).
+        for opt in opts[:-1]:
+            opt.optimizer.step()
+        opts[-1].step()
         self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch))
         return loss.detach()
 

@@ -1,0 +1,79 @@
+"""The search checkpoint: one JSON file, rewritten atomically after every finished trial.
+
+It holds the config, the strategy's ``state_dict``, and every finished trial (candidates and
+baselines) with its genotype, result and MLflow child run id. A trial is written to the checkpoint
+*before* its child run is logged; on resume, trials without a run id are logged then, so a kill at
+any moment neither loses a finished trial nor runs or logs one twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankitect.errors import UserError
+
+VERSION = 1
+
+
+@dataclass
+class TrialRecord:
+    """One finished trial: ``kind`` is ``candidate`` or ``baseline`` (then ``name`` is its name)."""
+
+    number: int
+    kind: str
+    name: str
+    arch: dict[str, Any]
+    result: dict[str, Any]
+    run_id: str | None = None
+
+
+@dataclass
+class SearchState:
+    parent_run_id: str
+    config: dict[str, Any]
+    strategy: dict[str, Any] = field(default_factory=dict)
+    trials: list[TrialRecord] = field(default_factory=list)
+    done: bool = False
+
+    def candidates(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.kind == "candidate"]
+
+    def baselines(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.kind == "baseline"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": VERSION, "parent_run_id": self.parent_run_id, "config": self.config,
+            "strategy": self.strategy, "done": self.done, "trials": [vars(t) for t in self.trials],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SearchState:
+        if d.get("version") != VERSION:
+            raise UserError(f"search checkpoint version {d.get('version')!r} is not {VERSION}")
+        return cls(parent_run_id=d["parent_run_id"], config=d["config"], strategy=d["strategy"],
+                   trials=[TrialRecord(**t) for t in d["trials"]], done=bool(d.get("done", False)))
+
+
+def save_state(path: Path, state: SearchState) -> None:
+    """Write ``state`` to ``path`` atomically (a temporary file, fsync, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(state.to_dict(), f, allow_nan=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_state(path: Path) -> SearchState:
+    if not path.is_file():
+        raise UserError(f"{path}: search checkpoint not found")
+    try:
+        return SearchState.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UserError(f"{path}: not a readable search checkpoint ({e})") from None

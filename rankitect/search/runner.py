@@ -1,0 +1,272 @@
+"""The search runner: ask -> train and score -> tell, tracked in MLflow, checkpointed, resumable.
+
+``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, then
+candidates until ``search.trials`` have finished (across every process sharing ``search.storage``),
+in this process or in a local pool of ``search.workers`` processes. After every finished trial the
+checkpoint is rewritten (see :mod:`rankitect.search.checkpoint`); ``resume(run_id)`` continues a
+killed search exactly where its checkpoint stands. A candidate that fails becomes a FAILED child run.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from rankitect.config import Config, config_from_dict, to_dict
+from rankitect.errors import UserError
+from rankitect.search.base import SpaceExhausted, TrialResult, arch_hash
+from rankitect.search.checkpoint import SearchState, TrialRecord, load_state, save_state
+from rankitect.search.factory import objective_from_config, strategy_from_config
+from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
+from rankitect.space.architecture import Architecture
+
+log = logging.getLogger(__name__)
+CHECKPOINT_TAG = "rankitect.checkpoint"
+TRIAL_TAG = "rankitect.trial"
+PARENT_ATTR = "mlflow_parent_run_id"
+
+
+@dataclass
+class SearchOutcome:
+    parent_run_id: str
+    table: pd.DataFrame
+    best: Architecture | None
+    out_dir: Path
+
+
+def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
+    """Where a search keeps its checkpoint, Pareto table and best genotype."""
+    from rankitect.track import artifact_root
+
+    if cfg.search.output_dir:
+        return Path(cfg.search.output_dir).expanduser().resolve() / parent_run_id
+    root = artifact_root(uri)
+    base = root.parent / "searches" if root is not None else Path("rankitect-searches").resolve()
+    return base / parent_run_id
+
+
+class SearchRunner:
+    """Runs one search described by ``cfg``; ``echo`` receives one line per finished trial."""
+
+    def __init__(self, cfg: Config, *, state: SearchState | None = None, echo: Callable[[str], None] = print) -> None:
+        from rankitect.data import open_data
+        from rankitect.space import get_space
+        from rankitect.track import Tracker
+
+        self.cfg, self.echo = cfg, echo
+        self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
+        self.data = open_data(cfg.data.source, cfg.data, progress=True)
+        self.space = get_space(cfg.search.space)
+        self.objective = objective_from_config(cfg.search)
+        self.strategy = strategy_from_config(cfg.search, self.space)
+        self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+        self.state = state if state is not None else self._start()
+        if state is not None and state.strategy:
+            self.strategy.load_state_dict(state.strategy)
+        self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
+        self.path = self.out_dir / "state.json"
+        self.tracker.client.set_tag(self.state.parent_run_id, CHECKPOINT_TAG, str(self.path))
+        save_state(self.path, self.state)
+
+    @classmethod
+    def resume(cls, run_id: str, cfg: Config, overrides: list[str] = (), **kw: Any) -> SearchRunner:
+        """Continue the search of parent run ``run_id`` with its own config plus ``overrides``."""
+        from rankitect.track import Tracker
+
+        tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+        try:
+            run = tracker.client.get_run(run_id)
+        except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
+            raise UserError(f"--resume {run_id}: no such run in {tracker.uri} ({type(e).__name__})") from None
+        path = run.data.tags.get(CHECKPOINT_TAG)
+        if not path:
+            raise UserError(f"--resume {run_id}: that run is not a rankitect search (no {CHECKPOINT_TAG} tag)")
+        state = load_state(Path(path))
+        saved = config_from_dict(state.config, list(overrides))
+        saved.track = cfg.track
+        return cls(saved, state=state, **kw)
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> SearchOutcome:
+        runner = self._trial_runner()
+        try:
+            self._reconcile()
+            self._run_baselines(runner)
+            self._run_candidates(runner)
+        finally:
+            runner.close()
+        return self._finish()
+
+    def _trial_runner(self) -> InlineRunner | TrialPool:
+        if self.cfg.search.workers > 1:
+            return TrialPool(str(self.data.path), self.cfg.search.workers)
+        return InlineRunner(self.data)
+
+    def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
+        from rankitect.space.baselines import get_baseline
+
+        done = {t.name for t in self.state.baselines()}
+        todo = [n for n in self.cfg.search.baselines if n not in done]
+        pending: dict[Future, tuple[str, Architecture]] = {}
+        for name in todo:
+            arch = get_baseline(name, self.data.spec)
+            pending[runner.submit(arch, self.train_cfg)] = (name, arch)
+        for future in _as_completed(pending):
+            name, arch = pending[future]
+            self._record("baseline", name, arch, trial_output(future))
+
+    def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
+        pending: dict[Future, Architecture] = {}
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < self.cfg.search.workers and self._remaining(len(pending)) > 0:
+                try:
+                    arch = self.strategy.ask()
+                except SpaceExhausted as e:
+                    self.echo(f"search space exhausted: {e}")
+                    exhausted = True
+                    break
+                pending[runner.submit(arch, self.train_cfg)] = arch
+            if not pending:
+                return
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for future in finished:
+                arch = pending.pop(future)
+                out = trial_output(future)
+                self.strategy.tell(arch, out.result)
+                self._record("candidate", arch_hash(arch), arch, out)
+
+    def _remaining(self, in_flight: int) -> int:
+        """Trials still to start: the budget less finished and running ones (of every process)."""
+        if self.cfg.search.storage is None:
+            return self.cfg.search.trials - len(self.state.candidates()) - in_flight
+        return self.cfg.search.trials - shared_trial_count(self.cfg.search.storage, self.cfg.search.study_name)
+
+    # --- recording -------------------------------------------------------------------------------
+
+    def _record(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
+        """Checkpoint the finished trial first, then log its child run, then checkpoint again."""
+        record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
+                             result=out.result.to_dict())
+        self.state.trials.append(record)
+        self.state.strategy = self.strategy.state_dict()
+        save_state(self.path, self.state)
+        self._log_child(record, out.history)
+        save_state(self.path, self.state)
+        self.echo(_trial_line(record, len(self.state.candidates()), self.cfg.search.trials))
+        if out.traceback:
+            log.debug("trial %s failed:\n%s", name, out.traceback)
+
+    def _log_child(self, record: TrialRecord, history: list[dict[str, float]]) -> None:
+        arch, result = Architecture.from_dict(record.arch), TrialResult.from_dict(record.result)
+        baseline = record.name if record.kind == "baseline" else None
+        record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result,
+                                               {TRIAL_TAG: str(record.number)}, baseline=baseline)
+        if history:
+            from mlflow.entities import Metric
+
+            metrics = [Metric(f"curve/{k.replace('/', '_')}", v, 0, int(h["step"]))
+                       for h in history for k, v in h.items() if k != "step"]
+            self.tracker.client.log_batch(record.run_id, metrics=metrics)
+
+    def _reconcile(self) -> None:
+        """Log trials the checkpoint holds but MLflow may not (killed between the two writes)."""
+        for record in self.state.trials:
+            if record.run_id is not None:
+                continue
+            query = f"tags.`mlflow.parentRunId` = '{self.state.parent_run_id}' and tags.`{TRIAL_TAG}` = '{record.number}'"
+            found = self.tracker.client.search_runs([self.tracker.experiment_id], query)
+            for run in found:  # a half-written child of the killed process: replace it
+                self.tracker.client.delete_run(run.info.run_id)
+            self._log_child(record, [])
+            save_state(self.path, self.state)
+
+    def _start(self) -> SearchState:
+        parent = self._shared_parent() if self.cfg.search.storage else None
+        if parent is None:
+            parent = self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
+            if self.cfg.search.storage:
+                parent = self._claim_shared_parent(parent)
+        return SearchState(parent_run_id=parent, config=to_dict(self.cfg))
+
+    def _shared_parent(self) -> str | None:
+        return _load_study(self.cfg).user_attrs.get(PARENT_ATTR)
+
+    def _claim_shared_parent(self, mine: str) -> str:
+        """First process to set the study's parent run wins; a loser deletes its own parent."""
+        study = _load_study(self.cfg)
+        if PARENT_ATTR not in study.user_attrs:
+            study.set_user_attr(PARENT_ATTR, mine)
+        winner = _load_study(self.cfg).user_attrs[PARENT_ATTR]
+        if winner != mine:
+            self.tracker.client.delete_run(mine)
+        return winner
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def _finish(self) -> SearchOutcome:
+        from rankitect.eval.pareto import pareto_table
+
+        cands = [(Architecture.from_dict(t.arch), TrialResult.from_dict(t.result)) for t in self.state.candidates()]
+        bases = [(t.name, TrialResult.from_dict(t.result)) for t in self.state.baselines()]
+        table = pareto_table(cands, bases, objective=self.objective)
+        best = _winner(table, cands)
+        self.state.done = True
+        save_state(self.path, self.state)
+        table.to_csv(self.out_dir / "pareto.csv", index=False)
+        if best is not None:
+            (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
+        self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict())
+        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir)
+
+
+def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]]) -> Architecture | None:
+    rows = table[table["winner"]]
+    if not len(rows):
+        return None
+    by_hash = {arch_hash(a): a for a, _ in cands}
+    return by_hash.get(rows.iloc[0]["hash"])
+
+
+def _as_completed(pending: dict[Future, Any]):
+    left = list(pending)
+    while left:
+        done, _ = wait(left, return_when=FIRST_COMPLETED)
+        for f in done:
+            left.remove(f)
+            yield f
+
+
+def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
+    r = TrialResult.from_dict(record.result)
+    head = f"[{n_done}/{n_total}]" if record.kind == "candidate" else "[baseline]"
+    if not r.ok:
+        return f"{head} {record.name} FAILED: {r.error}"
+    return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
+            f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s")
+
+
+def _load_study(cfg: Config) -> Any:
+    from rankitect.search._optuna import import_optuna
+
+    optuna = import_optuna()
+    return optuna.load_study(study_name=cfg.search.study_name, storage=cfg.search.storage)
+
+
+def shared_trial_count(storage: str, study_name: str | None) -> int:
+    """Proposals recorded in a shared study by every process (duplicates of earlier ones excluded)."""
+    from rankitect.search._optuna import DUPLICATE_ATTR, HASH_ATTR, import_optuna
+
+    optuna = import_optuna()
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return 0
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if HASH_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs)

@@ -1,0 +1,128 @@
+"""Train and score one candidate, never raising for the candidate's own faults.
+
+``run_trial`` is what every search evaluates, in-process or in a worker of a local process pool:
+a candidate that fails to build, raises while training, or diverges becomes a failed
+:class:`~rankitect.search.base.TrialResult` with its error, and the search goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+import multiprocessing as mp
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from rankitect.config import TrainConfig
+from rankitect.search.base import TrialResult
+from rankitect.space.architecture import Architecture
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialOutput:
+    """A trial's result plus what only the in-process caller may want (history, weights)."""
+
+    result: TrialResult
+    history: list[dict[str, float]]
+    traceback: str | None = None
+
+
+def run_trial(arch: Architecture, data: Any, cfg: TrainConfig) -> TrialOutput:
+    """Cost, train and score ``arch`` on ``data``; failures are returned, not raised."""
+    from rankitect.space.flops import cost
+    from rankitect.train.loop import train_architecture
+
+    start = time.perf_counter()
+    mflops = params = None
+    try:
+        c = cost(arch, data.spec)
+        mflops, params = c.mflops, c.params
+        out = train_architecture(arch, data, cfg)
+        result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds)
+        if not result.ok:  # pragma: no cover - from_metrics only builds ok results
+            raise RuntimeError(result.error)
+        return TrialOutput(result=result, history=out.history)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - a failed candidate never kills a search
+        seconds = time.perf_counter() - start
+        message = f"{type(e).__name__}: {e}"
+        log.warning("trial failed: %s", message)
+        return TrialOutput(
+            result=TrialResult.failure(message, mflops=mflops, params=params, train_seconds=seconds),
+            history=[], traceback=traceback.format_exc(),
+        )
+
+
+# --- where trials run: in this process, or in a local process pool ------------------------------
+
+_WORKER_DATA: dict[str, Any] = {}  # one opened data set per worker process (set by the initializer)
+
+
+def _init_worker(data_path: str, threads: int) -> None:
+    import torch
+
+    from rankitect.data import ClickData
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    _WORKER_DATA["data"] = ClickData.open(data_path)
+
+
+def _run_in_worker(arch_json: str, cfg: TrainConfig) -> TrialOutput:
+    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg)
+
+
+class InlineRunner:
+    """Runs each trial at once in this process; ``submit`` returns an already finished future."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def submit(self, arch: Architecture, cfg: TrainConfig) -> Future:
+        future: Future = Future()
+        future.set_result(run_trial(arch, self.data, cfg))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+class TrialPool:
+    """``workers`` processes, each with the data set opened once (memory-mapped, so shared).
+
+    A worker that dies (killed, out of memory) fails only its own trial: the pool is rebuilt.
+    """
+
+    def __init__(self, data_path: str, workers: int, threads_per_worker: int = 1) -> None:
+        self.data_path, self.workers, self.threads = data_path, workers, threads_per_worker
+        self.executor = self._new_executor()
+
+    def _new_executor(self) -> ProcessPoolExecutor:
+        ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(self.data_path, self.threads))
+
+    def submit(self, arch: Architecture, cfg: TrainConfig) -> Future:
+        try:
+            return self.executor.submit(_run_in_worker, arch.to_json(), cfg)
+        except BrokenProcessPool:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = self._new_executor()
+            return self.executor.submit(_run_in_worker, arch.to_json(), cfg)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def trial_output(future: Future) -> TrialOutput:
+    """The output of a finished trial future; a crashed worker becomes a failed trial."""
+    try:
+        return future.result()
+    except Exception as e:  # noqa: BLE001 - e.g. the worker process died
+        return TrialOutput(TrialResult.failure(f"worker failed: {type(e).__name__}: {e}"), [], None)
