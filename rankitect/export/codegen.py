@@ -1,0 +1,184 @@
+"""Generate the standalone ``model.py`` of an architecture: PyTorch only, one readable module.
+
+Design: the block code comes from hand-written standalone twins (:mod:`rankitect.export.standalone`)
+rather than from ``inspect.getsource`` of :mod:`rankitect.blocks`. The blocks carry registry
+decorators, a base class, validation helpers and imports beyond torch; rewriting those on the fly
+would tie every exported file to the blocks' internal layout, and a refactor there would break
+exports in ways no one sees until a user loads one. The twins keep only construction and forward
+math, with the blocks' parameter and buffer names, and ``tests/export`` proves each one equal to
+its block for every registered op, masked and unmasked, so drift fails the tests, not the users.
+
+Safety: the source is rendered from an :class:`~rankitect.export.plan.ExportPlan` only, whose
+values are exact ``int``/``bool`` scalars and strings from fixed sets; they are written with
+``repr``. Feature names never appear. The result is parsed again and its imports checked.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from rankitect.data.spec import FeatureSpec
+from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
+from rankitect.export.templates import HEADER, bundle
+from rankitect.space.architecture import Architecture
+
+ALLOWED_IMPORTS = ("math", "typing", "torch")
+FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "open", "globals", "locals", "breakpoint"})
+LOAD_SOURCE = '''def load(directory: str) -> ExportedModel:
+    """The model with the weights of ``directory/weights.pt`` (a state dict, read with weights_only)."""
+    model = ExportedModel()
+    state = torch.load(str(directory) + "/weights.pt", map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    return model.eval()'''
+
+
+def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
+    """The text of a standalone ``model.py`` for ``arch`` on data described by ``spec``.
+
+    The file holds ``ExportedModel`` (``forward(dense (B, n_dense) float32, sparse_ids (B, n_sparse)
+    int64) -> logits (B,)``, both inputs in the spec's storage order), the standalone classes it
+    uses and ``load(directory)``. Raises ``ValueError`` for anything unchecked or unsupported.
+
+    >>> from rankitect.space.architecture import BlockGene
+    >>> from rankitect.space.testing import tiny_spec
+    >>> arch = Architecture((BlockGene("mlp", ("dense",), {"width": 8}),), embedding_dim=4)
+    >>> source = generate_source(arch, tiny_spec())
+    >>> [line.strip() for line in source.splitlines() if "self.blocks[0]" in line]
+    ['x0 = self.blocks[0](*self.adapters[0]([dense]))  # mlp -> (B, 8)']
+    """
+    plan = make_plan(arch, spec)
+    roots = ["flat", "InputAdapter", "Head", *(g.cls for g in plan.genes)]
+    if plan.uses_sparse:
+        roots.append("SparseEmbedding")
+    body = "\n\n\n".join([bundle(sorted(set(roots))), _model_class(plan), LOAD_SOURCE])
+    source = f"{_module_docstring(plan)}\n{HEADER}\n\n{body}\n"
+    audit_source(source)
+    return source
+
+
+def audit_source(source: str) -> None:
+    """Raise ``ValueError`` unless ``source`` parses and imports only ``torch``, ``math`` and ``typing``."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = ["." if node.level or node.module is None else node.module]  # relative: refused
+        else:
+            if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+                raise ValueError(f"generated source refers to {node.id!r}")
+            continue
+        for m in modules:
+            if m.split(".")[0] not in ALLOWED_IMPORTS:
+                raise ValueError(f"generated source imports {m!r}; only {list(ALLOWED_IMPORTS)} are allowed")
+
+
+def _module_docstring(plan: ExportPlan) -> str:
+    return (
+        f'"""Standalone ranking model exported by rankitect: architecture {plan.arch_hash}.\n\n'
+        "Needs only PyTorch. ``load(directory)`` builds :class:`ExportedModel` and reads ``weights.pt``;\n"
+        f"``model(dense, sparse_ids)`` takes dense ``(B, {plan.n_dense})`` float32 and sparse ids\n"
+        f"``(B, {plan.n_sparse})`` int64, both in the feature spec's storage order (``feature_spec.json``),\n"
+        'and returns logits ``(B,)``.\n"""\n'
+    )
+
+
+def _render(value: object) -> str:
+    """``repr`` of a checked scalar, or a list/tuple of them (tuples of strings become lists)."""
+    if type(value) in (bool, int, str) or value is None:
+        return repr(value)
+    if type(value) is tuple and value and all(type(v) is str for v in value):
+        return "[" + ", ".join(repr(v) for v in value) + "]"
+    if type(value) is tuple and all(type(v) is int for v in value):
+        return "(" + ", ".join(repr(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    raise ValueError(f"cannot render {value!r}")
+
+
+def _ints(values: tuple[int, ...]) -> str:
+    return "[" + ", ".join(_render(v) for v in values) + "]"
+
+
+def _shape_comment(shape: tuple[int, ...]) -> str:
+    return "(B, " + ", ".join(_render(s) for s in shape) + ")"
+
+
+def _block_line(i: int, g: GenePlan) -> str:
+    args = [_render(s) for s in g.in_shape]
+    args += [f"{k}={_render(v)}" for k, v in g.params]
+    args.append(f"request_in={_render(g.request_in)}")
+    return f"            {g.cls}({', '.join(args)}),  # blocks[{i}]: {g.op}"
+
+
+def _adapter_line(g: GenePlan, plan: ExportPlan) -> str:
+    shapes = "[" + ", ".join(_render(s) for s in g.in_shapes) + "]"
+    return (
+        f"            InputAdapter({shapes}, {_ints(g.in_requests)}, in_kind={_render(g.in_kind)}, "
+        f"num_inputs={_render(g.num_inputs)}, tokens={_render(g.tokens)}, dim={_render(plan.dim)}, "
+        f"masked={_render(plan.masked)}),"
+    )
+
+
+def _var(ref: Ref) -> str:
+    if ref == "sparse":
+        return "emb"
+    if ref == "dense":
+        return "dense"
+    if type(ref) is int:
+        return f"x{ref}"
+    raise ValueError(f"cannot name input {ref!r}")
+
+
+def _init_lines(plan: ExportPlan) -> list[str]:
+    lines = ["    def __init__(self) -> None:", "        super().__init__()"]
+    if plan.uses_sparse:
+        lines += [
+            "        # One table per sparse feature in field order (request side first); order[k] is the",
+            "        # storage column of field k.",
+            f"        self.embedding = SparseEmbedding({_ints(plan.vocab_sizes)}, {_render(plan.dim)}, "
+            f"order={_ints(plan.sparse_order)})",
+        ]
+    if plan.dense_order is not None and plan.uses_dense:
+        dense_order = f"torch.tensor({_ints(plan.dense_order)}, dtype=torch.long)"
+        lines += [
+            "        # ROCS: dense features request side first.",
+            f'        self.register_buffer("dense_order", {dense_order}, persistent=False)',
+        ]
+    lines += ["        self.adapters = nn.ModuleList(["]
+    lines += [_adapter_line(g, plan) for g in plan.genes]
+    lines += ["        ])", "        self.blocks = nn.ModuleList(["]
+    lines += [_block_line(i, g) for i, g in enumerate(plan.genes)]
+    lines += ["        ])", f"        self.head = Head({_render(plan.head_in)}, {_ints(plan.head_widths)})"]
+    return lines
+
+
+def _forward_lines(plan: ExportPlan) -> list[str]:
+    lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor) -> torch.Tensor:"]
+    if plan.uses_sparse:
+        lines.append(f"        emb = self.embedding(sparse_ids)  # (B, {plan.n_sparse}, {plan.dim}) in field order")
+    if plan.dense_order is not None and plan.uses_dense:
+        lines.append("        dense = dense.index_select(1, self.dense_order)  # request-side dense first")
+    for i, g in enumerate(plan.genes):
+        xs = ", ".join(_var(r) for r in g.inputs)
+        call = f"self.blocks[{i}](*self.adapters[{i}]([{xs}]))"
+        lines.append(f"        x{i} = {call}  # {g.op} -> {_shape_comment(g.out_shape)}")
+    feats = [f"flat({_var(r)})" for r in plan.head_inputs]
+    head_in = feats[0] if len(feats) == 1 else f"torch.cat([{', '.join(feats)}], dim=1)"
+    lines.append(f"        return self.head({head_in})  # (B, {plan.head_in}) -> (B,)")
+    return lines
+
+
+def _model_class(plan: ExportPlan) -> str:
+    doc = [
+        "class ExportedModel(nn.Module):",
+        f'    """Architecture {plan.arch_hash}: {len(plan.genes)} blocks, embedding dim {plan.dim}, '
+        f'ROCS masking {"on" if plan.masked else "off"}.',
+        "",
+        f"    ``forward(dense (B, {plan.n_dense}) float32, sparse_ids (B, {plan.n_sparse}) int64) -> logits (B,)``;",
+        "    both inputs in the feature spec's storage order.",
+        '    """',
+        "",
+    ]
+    return "\n".join(doc + _init_lines(plan) + [""] + _forward_lines(plan))
+
+
+__all__ = ["audit_source", "generate_source"]

@@ -1,0 +1,134 @@
+"""Write a model as a standalone directory: ``model.py`` (PyTorch only), weights, genotype, spec.
+
+The directory holds
+
+* ``model.py``: the source of :func:`~rankitect.export.codegen.generate_source`, with
+  ``load(directory) -> ExportedModel``;
+* ``weights.pt``: the primary weights, a ``torch.save``-d state dict of tensors that ``load`` reads
+  with ``torch.load(..., weights_only=True)``, so ``model.py`` needs nothing but torch;
+* ``model.safetensors``: the same tensors for tools that read safetensors;
+* ``genotype.json`` and ``feature_spec.json``: the architecture and the data it expects.
+
+``rankitect export RUN_ID -o DIR`` is one call to :func:`export_from_files`.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rankitect.data.spec import FeatureSpec
+from rankitect.errors import DataError
+from rankitect.export.codegen import generate_source
+from rankitect.space.architecture import Architecture
+from rankitect.space.builder import RankingModel, build_model
+
+EMBEDDING_PREFIX = "embedding.ebc.embedding_bags."
+# What a damaged or foreign weights file raises from torch.load / safetensors.
+READ_ERRORS = (OSError, RuntimeError, ValueError, EOFError, IndexError, pickle.UnpicklingError, SafetensorError)
+FILES = ("model.py", "weights.pt", "model.safetensors", "genotype.json", "feature_spec.json")
+
+
+def convert_state_dict(model_state: Mapping[str, torch.Tensor], spec: FeatureSpec) -> dict[str, torch.Tensor]:
+    """A :class:`RankingModel` state dict renamed for the exported model.
+
+    Only the embedding tables change name: torchrec's ``embedding.ebc.embedding_bags.t_<feature>.weight``
+    becomes ``embedding.tables.<k>.weight`` with ``k`` the feature's field position (request side
+    first); every other key is the same in both models. Tensors are detached, contiguous CPU copies.
+
+    >>> from rankitect.space.testing import tiny_spec
+    >>> state = {"embedding.ebc.embedding_bags.t_s5.weight": torch.zeros(17, 2), "head.mlp.0.bias": torch.zeros(1)}
+    >>> sorted(convert_state_dict(state, tiny_spec()))
+    ['embedding.tables.0.weight', 'head.mlp.0.bias']
+    """
+    fields = {f"t_{f.name}.weight": k for k, f in enumerate(spec.sparse_in_field_order())}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in model_state.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"state dict entry {key!r} is not a tensor: {type(value).__name__}")
+        if key.startswith(EMBEDDING_PREFIX):
+            table = key[len(EMBEDDING_PREFIX) :]
+            if table not in fields:
+                raise ValueError(f"state dict key {key!r} matches no sparse feature of the spec")
+            key = f"embedding.tables.{fields[table]}.weight"
+        out[key] = value.detach().to("cpu").contiguous().clone()
+    return out
+
+
+def export_model(model: RankingModel, arch: Architecture, spec: FeatureSpec, out_dir: str | Path) -> Path:
+    """Write ``model`` (built from ``arch`` and ``spec``) as a standalone directory; returns it.
+
+    The files are listed in the module docstring; an existing directory is written into (files of
+    the same names are replaced).
+    """
+    if not isinstance(model, RankingModel):
+        raise ValueError(f"expected a RankingModel, got {type(model).__name__}")
+    if model.arch != arch:
+        raise ValueError(f"the model was built from architecture {model.arch.hash}, not {arch.hash}")
+    if model.spec != spec:
+        raise ValueError("the model was built for another feature spec than the one given")
+    source = generate_source(arch, spec)
+    state = convert_state_dict(model.state_dict(), spec)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model.py").write_text(source)
+    torch.save(state, out / "weights.pt")
+    save_file(state, str(out / "model.safetensors"), metadata={"architecture": arch.hash})
+    (out / "genotype.json").write_text(arch.to_json(indent=2) + "\n")
+    spec.save(out / "feature_spec.json")
+    return out
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """A :class:`RankingModel` state dict from ``.safetensors``, or a ``torch.save`` file read with ``weights_only``.
+
+    A checkpoint holding ``{"state_dict": ...}`` (as Lightning writes) is unwrapped, and the
+    ``model.`` prefix of the training task's keys is removed.
+    """
+    p = Path(path)
+    try:
+        if p.suffix == ".safetensors":
+            state = load_file(str(p))
+        else:
+            state = torch.load(p, map_location="cpu", weights_only=True)
+    except READ_ERRORS as err:
+        raise DataError(f"cannot read weights: {err}", path=str(p)) from None
+    if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping) or not all(isinstance(k, str) for k in state):
+        raise DataError("expected a state dict (a mapping of names to tensors)", path=str(p))
+    if state and all(k.startswith("model.") for k in state):
+        state = {k[len("model.") :]: v for k, v in state.items()}
+    return dict(state)
+
+
+def export_from_files(
+    genotype_json_path: str | Path, spec_json_path: str | Path, state_dict_path: str | Path, out_dir: str | Path
+) -> Path:
+    """Rebuild a model from its genotype, feature spec and weights files, and export it to ``out_dir``."""
+    try:
+        arch = Architecture.from_json(Path(genotype_json_path).read_text())
+    except (OSError, ValueError) as err:
+        raise DataError(f"not a genotype: {err}", path=str(genotype_json_path)) from None
+    try:
+        spec = FeatureSpec.load(spec_json_path)
+    except (OSError, ValueError, TypeError, json.JSONDecodeError) as err:
+        raise DataError(f"not a feature spec: {err}", path=str(spec_json_path)) from None
+    try:
+        model = build_model(arch, spec)
+    except ValueError as err:
+        raise DataError(f"the genotype does not fit the feature spec: {err}", path=str(genotype_json_path)) from None
+    try:
+        model.load_state_dict(read_state_dict(state_dict_path))
+    except RuntimeError as err:
+        raise DataError(f"weights do not fit the genotype: {err}", path=str(state_dict_path)) from None
+    return export_model(model, arch, spec, out_dir)
+
+
+__all__ = ["FILES", "convert_state_dict", "export_from_files", "export_model", "read_state_dict"]

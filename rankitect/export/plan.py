@@ -1,0 +1,314 @@
+"""The export plan: an architecture and a feature spec checked down to plain, exact Python scalars.
+
+Nothing from a genotype or a feature spec reaches generated source except through
+:func:`make_plan`. It re-checks every value itself (it does not trust that an
+:class:`~rankitect.space.architecture.Architecture` was validated on construction): ops must be
+registered blocks with a standalone twin, each param must have the type its schema names (``int``
+is exactly ``int``, not ``bool`` nor a subclass with its own ``repr``), strings must come from a
+fixed set and are replaced by that set's own copy, and input references are indices or the two
+raw input names. Feature names never enter the plan: features are renamed by position.
+The shapes and request counts of every block come from the rankitect model itself, built on the
+``meta`` device from the checked values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rankitect.blocks.base import BLOCKS
+from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SparseFeature
+from rankitect.export.standalone.layers import ACTIVATIONS, NORMS
+from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene
+from rankitect.space.builder import RankingModel, build_model
+
+# Registered op -> its standalone twin (a class of rankitect.export.standalone).
+OP_CLASSES: dict[str, str] = {
+    "mlp": "MLP",
+    "efc": "EFC",
+    "dot": "Dot",
+    "fm": "FM",
+    "dcn": "DCN",
+    "attention": "Attention",
+    "wukong": "Wukong",
+    "dhen": "DHEN",
+    "gating": "Gating",
+    "sum": "Sum",
+}
+DHEN_MODULES = ("dot", "attention", "linear", "dcn", "fm")
+DHEN_COMBINES = ("concat", "sum")
+KINDS = ("field", "flat")
+
+# A param's kind: ("int", minimum), ("bool",), ("choice", options) or ("choices", options).
+Kind = tuple[Any, ...]
+POSITIVE: Kind = ("int", 1)
+PARAM_SCHEMA: dict[str, dict[str, Kind]] = {
+    "mlp": {
+        "width": POSITIVE,
+        "num_layers": POSITIVE,
+        "activation": ("choice", tuple(ACTIVATIONS)),
+        "norm": ("choice", NORMS),
+    },
+    "efc": {"out_fields": POSITIVE},
+    "dot": {},
+    "fm": {},
+    "dcn": {"num_layers": POSITIVE, "low_rank": ("int", 0)},
+    "attention": {"num_heads": POSITIVE, "ffn": ("bool",)},
+    "wukong": {
+        "fmb_fields": POSITIVE,
+        "lcb_fields": POSITIVE,
+        "low_rank": POSITIVE,
+        "mlp_width": POSITIVE,
+        "mlp_layers": ("int", 0),
+    },
+    "dhen": {"modules": ("choices", DHEN_MODULES), "out_fields": POSITIVE, "combine": ("choice", DHEN_COMBINES)},
+    "gating": {"width": POSITIVE},
+    "sum": {"width": POSITIVE},
+}
+
+Scalar = Any  # int | bool | str | tuple[str, ...], exact types only
+Shape = tuple[int, ...]
+Ref = int | str
+
+
+@dataclass(frozen=True)
+class GenePlan:
+    """One checked gene: its twin class, constructor arguments, adapter arguments and output."""
+
+    op: str
+    cls: str
+    inputs: tuple[Ref, ...]
+    in_shape: Shape
+    params: tuple[tuple[str, Scalar], ...]
+    request_in: int | tuple[int, int] | None
+    in_shapes: tuple[Shape, ...]
+    in_requests: tuple[int, ...]
+    in_kind: str
+    num_inputs: int
+    tokens: int
+    out_shape: Shape
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """A whole checked model: embeddings, dense order, genes and head."""
+
+    arch_hash: str
+    n_dense: int
+    n_sparse: int
+    dim: int
+    masked: bool
+    vocab_sizes: tuple[int, ...]  # field order
+    sparse_order: tuple[int, ...]  # storage column of each field
+    dense_order: tuple[int, ...] | None  # storage column of each dense input when masked
+    uses_sparse: bool
+    uses_dense: bool
+    genes: tuple[GenePlan, ...]
+    head_inputs: tuple[Ref, ...]
+    head_in: int
+    head_widths: tuple[int, ...]
+
+
+def check_int(where: str, value: Any, minimum: int) -> int:
+    """``value`` if it is exactly an ``int`` (no ``bool``, no subclass) ``>= minimum``."""
+    if type(value) is not int or value < minimum:
+        raise ValueError(f"{where}: must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_bool(where: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"{where}: must be a bool, got {value!r}")
+    return value
+
+
+def check_choice(where: str, value: Any, options: Sequence[str]) -> str:
+    """The allowed option equal to ``value`` (our own copy), if ``value`` is exactly a ``str``."""
+    if type(value) is not str or value not in options:
+        raise ValueError(f"{where}: must be one of {list(options)}, got {value!r}")
+    return options[list(options).index(value)]
+
+
+def check_param(where: str, value: Any, kind: Kind) -> Scalar:
+    if kind[0] == "int":
+        return check_int(where, value, kind[1])
+    if kind[0] == "bool":
+        return check_bool(where, value)
+    if kind[0] == "choice":
+        return check_choice(where, value, kind[1])
+    if type(value) not in (list, tuple):
+        raise ValueError(f"{where}: must be a list of names, got {value!r}")
+    names = tuple(check_choice(f"{where}[{i}]", v, kind[1]) for i, v in enumerate(value))
+    if len(set(names)) != len(names) or len(names) < 2:
+        raise ValueError(f"{where}: must be at least two distinct names, got {list(names)}")
+    return names
+
+
+def check_params(where: str, op: str, params: Any) -> tuple[tuple[str, Scalar], ...]:
+    """Every schema key of ``op`` present and checked; no other key."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{where}: must be a mapping, got {params!r}")
+    schema = PARAM_SCHEMA[op]
+    keys = list(params.keys())
+    for key in keys:
+        if type(key) is not str or key not in schema:
+            raise ValueError(f"{where}: unknown param {key!r} for op {op!r}; accepted: {sorted(schema)}")
+    missing = sorted(set(schema) - set(keys))
+    if missing:
+        raise ValueError(f"{where}: missing params {missing} for op {op!r}")
+    return tuple((key, check_param(f"{where}[{key!r}]", params[key], kind)) for key, kind in sorted(schema.items()))
+
+
+def check_ref(where: str, ref: Any, limit: int) -> Ref:
+    """A raw input name (our own copy) or an exact int index below ``limit``."""
+    if type(ref) is str and ref in RAW_INPUTS:
+        return check_choice(where, ref, RAW_INPUTS)
+    if type(ref) is int and 0 <= ref < limit:
+        return ref
+    raise ValueError(f"{where}: must be an index below {limit} or one of {RAW_INPUTS}, got {ref!r}")
+
+
+def check_refs(where: str, refs: Any, limit: int) -> tuple[Ref, ...]:
+    if type(refs) not in (list, tuple) or not refs:
+        raise ValueError(f"{where}: must be a non-empty list of inputs, got {refs!r}")
+    return tuple(check_ref(f"{where}[{j}]", r, limit) for j, r in enumerate(refs))
+
+
+def clean_architecture(arch: Any) -> Architecture:
+    """A new :class:`Architecture` made only of checked values (it validates itself once more)."""
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"expected an Architecture, got {type(arch).__name__}")
+    if type(arch.blocks) not in (list, tuple):
+        raise ValueError(f"blocks: must be a list of genes, got {arch.blocks!r}")
+    blocks = []
+    for i, gene in enumerate(arch.blocks):
+        if not isinstance(gene, BlockGene):
+            raise ValueError(f"blocks[{i}]: must be a BlockGene, got {type(gene).__name__}")
+        op = gene.op
+        if type(op) is not str or op not in OP_CLASSES or op not in BLOCKS:
+            raise ValueError(f"blocks[{i}].op: must be one of {sorted(OP_CLASSES)}, got {op!r}")
+        op = check_choice(f"blocks[{i}].op", op, tuple(OP_CLASSES))
+        params = check_params(f"blocks[{i}].params", op, gene.params)
+        blocks.append({
+            "op": op,
+            "inputs": list(check_refs(f"blocks[{i}].inputs", gene.inputs, i)),
+            "params": {k: list(v) if type(v) is tuple else v for k, v in params},
+            "tokens": check_int(f"blocks[{i}].tokens", gene.tokens, 1),
+        })
+    head = arch.head
+    if not isinstance(head, HeadGene):
+        raise ValueError(f"head: must be a HeadGene, got {type(head).__name__}")
+    if type(head.widths) not in (list, tuple):
+        raise ValueError(f"head.widths: must be a list of ints, got {head.widths!r}")
+    clean = {
+        "blocks": blocks,
+        "head": {
+            "inputs": list(check_refs("head.inputs", head.inputs, len(blocks))),
+            "widths": [check_int(f"head.widths[{j}]", w, 1) for j, w in enumerate(head.widths)],
+        },
+        "embedding_dim": check_int("embedding_dim", arch.embedding_dim, 1),
+        "rocs": check_bool("rocs", arch.rocs),
+    }
+    return Architecture.from_dict(clean)
+
+
+def clean_spec(spec: Any) -> FeatureSpec:
+    """A spec of the same vocabularies and sides (checked) whose features are named by position."""
+    if not isinstance(spec, FeatureSpec):
+        raise ValueError(f"expected a FeatureSpec, got {type(spec).__name__}")
+    sparse = tuple(
+        SparseFeature(
+            f"s{j}",
+            check_int(f"sparse[{j}].vocab_size", f.vocab_size, 2),
+            side=check_choice(f"sparse[{j}].side", f.side, SIDES),
+        )
+        for j, f in enumerate(spec.sparse)
+    )
+    dense = tuple(
+        DenseFeature(f"d{j}", side=check_choice(f"dense[{j}].side", f.side, SIDES)) for j, f in enumerate(spec.dense)
+    )
+    return FeatureSpec(dense=dense, sparse=sparse)
+
+
+def request_first(sides: Sequence[str]) -> tuple[int, ...]:
+    """Storage positions, request side first (stable): the field order of the builder."""
+    return tuple(j for j, s in enumerate(sides) if s == "request") + tuple(
+        j for j, s in enumerate(sides) if s != "request"
+    )
+
+
+def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
+    """Check ``arch`` and ``spec`` and read every shape from the rankitect model built on ``meta``."""
+    clean, data = clean_architecture(arch), clean_spec(spec)
+    vocab = tuple(f.vocab_size for f in data.sparse)
+    sparse_sides, dense_sides = tuple(f.side for f in data.sparse), tuple(f.side for f in data.dense)
+    model = build_model(clean, data, device="meta")
+    D, masked = clean.embedding_dim, clean.rocs
+    shapes: dict[Ref, Shape] = {"sparse": (len(vocab), D), "dense": (len(dense_sides),)}
+    n_request_sparse = sum(s == "request" for s in sparse_sides)
+    n_request_dense = sum(s == "request" for s in dense_sides)
+    requests: dict[Ref, int] = {"sparse": n_request_sparse if masked else 0, "dense": n_request_dense if masked else 0}
+    genes = []
+    for i, gene in enumerate(clean.blocks):
+        plan = _gene_plan(i, gene, model, shapes, requests)
+        genes.append(plan)
+        shapes[i], requests[i] = plan.out_shape, check_int(f"blocks[{i}].request_out", model.blocks[i].request_out, 0)
+    order = request_first(sparse_sides)
+    head_in = sum(s[0] if len(s) == 1 else s[0] * s[1] for s in (shapes[r] for r in clean.head.inputs))
+    return ExportPlan(
+        arch_hash=_hex(clean.hash),
+        n_dense=len(dense_sides),
+        n_sparse=len(vocab),
+        dim=D,
+        masked=masked,
+        vocab_sizes=tuple(vocab[j] for j in order),
+        sparse_order=order,
+        dense_order=request_first(dense_sides) if masked else None,
+        uses_sparse=clean.uses("sparse"),
+        uses_dense=clean.uses("dense"),
+        genes=tuple(genes),
+        head_inputs=clean.head.inputs,
+        head_in=head_in,
+        head_widths=clean.head.widths,
+    )
+
+
+def _gene_plan(
+    i: int, gene: Any, model: RankingModel, shapes: Mapping[Ref, Shape], requests: Mapping[Ref, int]
+) -> GenePlan:
+    adapter, block = model.adapters[i], model.blocks[i]
+    where = f"blocks[{i}]"
+    request_in = adapter.request_in
+    if request_in is not None and type(request_in) is not int:
+        request_in = tuple(check_int(f"{where}.request_in", r, 0) for r in request_in)
+    elif request_in is not None:
+        request_in = check_int(f"{where}.request_in", request_in, 0)
+    cls = BLOCKS[gene.op]
+    return GenePlan(
+        op=gene.op,
+        cls=OP_CLASSES[gene.op],
+        inputs=gene.inputs,
+        in_shape=_shape(f"{where}.in_shape", adapter.out_shape),
+        params=check_params(f"{where}.params", gene.op, gene.params),
+        request_in=request_in,
+        in_shapes=tuple(shapes[r] for r in gene.inputs),
+        in_requests=tuple(requests[r] for r in gene.inputs),
+        in_kind=check_choice(f"{where}.in_kind", cls.in_kind, KINDS),
+        num_inputs=check_int(f"{where}.num_inputs", cls.num_inputs, 1),
+        tokens=gene.tokens,
+        out_shape=_shape(f"{where}.out_shape", block.out_shape),
+    )
+
+
+def _shape(where: str, shape: Any) -> Shape:
+    return tuple(check_int(f"{where}[{j}]", s, 1) for j, s in enumerate(shape))
+
+
+def _hex(text: str) -> str:
+    if type(text) is not str or not text or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError(f"architecture hash must be lowercase hex, got {text!r}")
+    return text
+
+
+__all__ = ["OP_CLASSES", "PARAM_SCHEMA", "ExportPlan", "GenePlan", "make_plan"]

@@ -1,0 +1,70 @@
+"""Shared helpers: import a generated ``model.py``, build a rankitect model with non-default weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from rankitect.data.batch import Batch
+from rankitect.data.spec import FeatureSpec
+from rankitect.export import convert_state_dict, generate_source
+from rankitect.space.architecture import Architecture
+from rankitect.space.builder import RankingModel, build_model
+
+_COUNTER = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny models run fastest on one thread; two threads on shared cores spin against each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import ``path`` as a fresh module (a new name each time, so nothing is cached between tests)."""
+    spec = importlib.util.spec_from_file_location(f"exported_model_{next(_COUNTER)}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_source(source: str, directory: Path) -> ModuleType:
+    path = directory / f"model_{next(_COUNTER)}.py"
+    path.write_text(source)
+    return import_file(path)
+
+
+def perturbed_model(arch: Architecture, spec: FeatureSpec, seed: int = 0) -> RankingModel:
+    """A rankitect model whose every parameter is moved off its init (LayerNorm affines included)."""
+    torch.manual_seed(seed)
+    model = build_model(arch, spec)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return model.eval()
+
+
+def exported_twin(arch: Architecture, spec: FeatureSpec, model: RankingModel, directory: Path) -> torch.nn.Module:
+    """The generated ``ExportedModel`` of ``arch`` holding ``model``'s weights (loaded strictly)."""
+    module = import_source(generate_source(arch, spec), directory)
+    twin = module.ExportedModel()
+    twin.load_state_dict(convert_state_dict(model.state_dict(), spec))
+    return twin.eval()
+
+
+def assert_same_logits(model: RankingModel, twin: torch.nn.Module, batch: Batch) -> None:
+    with torch.no_grad():
+        expected = model(batch)
+        got = twin(batch.dense, batch.sparse_ids())
+    assert got.shape == expected.shape == (len(batch),)
+    assert (got - expected).abs().max().item() <= 1e-6
