@@ -66,7 +66,12 @@ class SparseEmbedding(nn.Module):
         return self.ebc.embedding_bags[f"t_{feature}"].weight
 
     def forward(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        pooled_kt = self.ebc(sparse)
         # KeyedTensor values follow the table order given above (field order): (B, n_sparse * D)
-        pooled = self.ebc(sparse).values()
+        pooled = pooled_kt.values()
+        if pooled_kt.keys() != self.feature_names:
+            # A sharded collection (DistributedModelParallel) groups its outputs by shard.
+            by_key = pooled_kt.to_dict()  # name -> (B, D)
+            pooled = torch.cat([by_key[name] for name in self.feature_names], dim=1)
         B = pooled.shape[0]
         return pooled.view(B, len(self.feature_names), self.dim)  # (B, n_sparse*D) -> (B, n_sparse, D)
