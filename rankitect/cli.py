@@ -106,6 +106,8 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.train.loop import train_architecture
 
     _set_threads(cfg)
+    if cfg.runtime.sharding == "torchrec":
+        return _train_sharded(args, cfg)
     data = open_data(cfg.data.source, cfg.data, progress=True)
     arch = _load_arch(args.arch, data.spec)
     c = cost(arch, data.spec)
@@ -118,6 +120,49 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{k:18s} {v:.4f}")
     print(f"MLflow run: {run_id}")
     return 0
+
+
+def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
+    """``rankitect train`` with torchrec-sharded tables, one process per rank under torchrun."""
+    from rankitect.search.base import TrialResult
+    from rankitect.space.flops import cost
+    from rankitect.train.sharding import init_distributed, open_data_in_turn, shutdown, train_distributed
+
+    env = init_distributed(cfg.runtime.device)
+    try:
+        data = open_data_in_turn(env, cfg.data.source, cfg.data)
+        arch = _load_arch(args.arch, data.spec)
+        c = cost(arch, data.spec)
+        if env.is_main:
+            print(f"training {arch.hash} on {env.world_size} rank(s), tables sharded by torchrec: "
+                  f"{c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
+        out = train_distributed(arch, data, cfg.train, env)
+        if env.is_main:
+            from rankitect.track import Tracker
+
+            print(out.plan)
+            result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params,
+                                              train_seconds=out.train_seconds)
+            tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+            run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
+                                                            "rankitect.world_size": str(env.world_size)})
+            _log_loss_curve(tracker, run_id, out.losses)
+            print(f"train/loss first {out.losses[0]:.4f} last {out.losses[-1]:.4f} ({out.steps} steps)")
+            for k, v in sorted(out.metrics.items()):
+                print(f"{k:18s} {v:.4f}")
+            print(f"MLflow run: {run_id}")
+    finally:
+        shutdown(env)
+    return 0
+
+
+def _log_loss_curve(tracker: Any, run_id: str, losses: list[float]) -> None:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    tracker.client.log_batch(run_id, metrics=[Metric("train/loss", v, now, i) for i, v in enumerate(losses)])
 
 
 def _load_arch(ref: str, spec: Any) -> Any:
@@ -231,7 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may stand anywhere, also after flags: collect what argparse leaves over
+    args, rest = parser.parse_known_args(argv)
+    stray = [a for a in rest if a.startswith("-") or "=" not in a]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    args.overrides = list(getattr(args, "overrides", [])) + rest
     try:
         overrides = _flag_overrides(args, args.flags) + list(args.overrides)
         cfg = load_config(args.config, overrides)

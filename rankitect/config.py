@@ -91,8 +91,11 @@ class TrackConfig:
 @dataclass
 class RuntimeConfig:
     device: str = "cpu"
-    compile: bool = False
+    compile: bool = False  # torch.compile the training forward (pays off over thousands of steps)
+    compile_fusion: bool = True  # with compile: Inductor's Optimus batch-fusion passes
     precision: Literal["fp32", "bf16", "fp8"] = "fp32"
+    fp8_threshold: float = 0.1  # fp8: a linear goes FP8 if the probe's relative output error is at most this
+    fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"
     sharding: Literal["none", "torchrec"] = "none"
     threads: int = 0  # torch intra-op threads; 0 = torch's default
 
@@ -204,6 +207,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML 1.1 reads 1e-3 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
     if tp in (int, float, str, bool) and type(value) is tp:
         return value
     raise ConfigError(f"config key {key!r}: expected {getattr(tp, '__name__', tp)}, got {value!r}")

@@ -26,6 +26,7 @@ def test_overrides_win_over_file_and_are_typed(tmp_path: Path) -> None:
     assert cfg.train.lr_dense == 0.5
     assert cfg.search.evolution.population == 7
     assert cfg.search.storage is None
+    assert load_config(overrides=["train.lr_dense=1e-3"]).train.lr_dense == 1e-3
 
 
 @pytest.mark.parametrize(

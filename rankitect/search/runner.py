@@ -59,6 +59,7 @@ class SearchRunner:
         from rankitect.track import Tracker
 
         self.cfg, self.echo = cfg, echo
+        self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
         self.space = get_space(cfg.search.space)
@@ -109,8 +110,11 @@ class SearchRunner:
         return InlineRunner(self.data)
 
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
+        """Train the baselines under the same budget (once per search: by the parent's owner)."""
         from rankitect.space.baselines import get_baseline
 
+        if not self.owner:
+            return
         done = {t.name for t in self.state.baselines()}
         todo = [n for n in self.cfg.search.baselines if n not in done]
         pending: dict[Future, tuple[str, Architecture]] = {}
@@ -189,6 +193,7 @@ class SearchRunner:
 
     def _start(self) -> SearchState:
         parent = self._shared_parent() if self.cfg.search.storage else None
+        self.owner = parent is None
         if parent is None:
             parent = self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
             if self.cfg.search.storage:
@@ -206,6 +211,7 @@ class SearchRunner:
         winner = _load_study(self.cfg).user_attrs[PARENT_ATTR]
         if winner != mine:
             self.tracker.client.delete_run(mine)
+            self.owner = False
         return winner
 
     # --- the end ---------------------------------------------------------------------------------

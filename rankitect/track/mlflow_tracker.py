@@ -14,10 +14,13 @@ FINISHED, or FAILED with the message in the ``error`` tag.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +66,20 @@ def _hash_of(arch: Any) -> str:
     return str(h() if callable(h) else h)
 
 
+@contextmanager
+def _store_lock(root: Path | None) -> Iterator[None]:
+    """An exclusive file lock beside a SQLite store (no-op for other stores)."""
+    if root is None:
+        yield
+        return
+    with open(root.parent / ".rankitect-store.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class Tracker:
     """Logs searches and their candidates to one MLflow experiment.
 
@@ -79,14 +96,17 @@ class Tracker:
         root = artifact_root(self.uri)
         if root is not None:
             root.parent.mkdir(parents=True, exist_ok=True)  # SQLite creates the file, not its folder
-        self.client: MlflowClient = MlflowClient(tracking_uri=self.uri)
-        self.experiment = experiment
-        found = self.client.get_experiment_by_name(experiment)
-        if found is not None:
-            self.experiment_id = found.experiment_id
-        else:
-            location = None if root is None else root.as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        with _store_lock(root):
+            # Creating a SQLite store runs its schema migrations: two processes doing it at once
+            # (a shared search starting) corrupt each other, so the first use is serialized.
+            self.client: MlflowClient = MlflowClient(tracking_uri=self.uri)
+            self.experiment = experiment
+            found = self.client.get_experiment_by_name(experiment)
+            if found is not None:
+                self.experiment_id = found.experiment_id
+            else:
+                location = None if root is None else root.as_uri()
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
 
     def start_search(self, config: dict[str, Any], strategy: Any, space: Any, *, name: str | None = None) -> str:
         """Open the parent run of a search; returns its run id.

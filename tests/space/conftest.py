@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
@@ -23,15 +20,6 @@ SMALL_ENGINEER = {
     "cross_ranks": (0, 4, 8),
     "heads": (1, 2),
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread; two threads on shared cores spin against each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

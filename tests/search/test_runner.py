@@ -1,0 +1,176 @@
+"""The search runner end to end: MLflow contents, failures, kill -9 and resume, shared storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rankitect.cli import main
+from rankitect.config import load_config
+from rankitect.search.checkpoint import load_state
+from rankitect.search.runner import SearchRunner
+
+TINY = [
+    "data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
+    "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
+]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    data_dir = tmp_path_factory.getbasetemp() / "runner-data"  # shared by the tests of this module
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    return {**os.environ, "RANKITECT_DATA_DIR": str(data_dir), "MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
+
+
+def _client():
+    from mlflow import MlflowClient
+
+    return MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+
+
+def _children(parent: str) -> list:
+    c = _client()
+    exp = [e.experiment_id for e in c.search_experiments()]
+    return list(c.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'", max_results=1000))
+
+
+def test_evolution_search_end_to_end(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["search", "--strategy", "evolution", "--trials", "3", *TINY, "search.baselines=[dlrm]"])
+    assert code == 0
+    out = capsys.readouterr().out
+    parent = out.split("MLflow search run: ")[1].split()[0]
+    runs = _children(parent)
+    kinds = sorted(r.data.tags["rankitect.kind"] for r in runs)
+    assert kinds == ["baseline", "candidate", "candidate", "candidate"]
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        for metric in ("val/ne", "test/ne", "test/auc", "test/logloss", "mflops", "params", "train_seconds"):
+            assert metric in r.data.metrics, metric
+        assert r.data.metrics["mflops"] > 0
+    hashes = {r.data.tags["genotype_hash"] for r in runs if r.data.tags["rankitect.kind"] == "candidate"}
+    assert len(hashes) == 3
+    parent_run = _client().get_run(parent)
+    assert parent_run.info.status == "FINISHED" and parent_run.data.tags["rankitect.kind"] == "search"
+    assert main(["runs", parent]) == 0
+    listed = capsys.readouterr().out
+    assert all(h in listed for h in hashes) and "dlrm" in listed
+
+
+def test_failed_candidate_becomes_failed_run_and_search_goes_on(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import rankitect.train.loop as loop
+
+    real, calls = loop.train_architecture, []
+
+    def flaky(arch, data, cfg, **kw):
+        calls.append(arch.hash)
+        if len(calls) == 2:
+            raise RuntimeError("boom in candidate two")
+        return real(arch, data, cfg, **kw)
+
+    monkeypatch.setattr(loop, "train_architecture", flaky)
+    cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=3", "search.baselines=[]"])
+    outcome = SearchRunner(cfg, echo=lambda s: None).run()
+    runs = _children(outcome.parent_run_id)
+    status = sorted(r.info.status for r in runs)
+    assert status == ["FAILED", "FINISHED", "FINISHED"]
+    failed = next(r for r in runs if r.info.status == "FAILED")
+    assert "boom in candidate two" in failed.data.tags["error"]
+    assert outcome.table["status"].tolist().count("failed") == 1
+
+
+def test_diverging_candidate_fails_cleanly(env: dict[str, str]) -> None:
+    cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=1", "search.baselines=[]",
+                                 "train.lr_dense=1e30", "train.lr_sparse=1e30", "train.steps=8", "train.warmup_steps=0"])
+    outcome = SearchRunner(cfg, echo=lambda s: None).run()
+    (run,) = _children(outcome.parent_run_id)
+    assert run.info.status == "FAILED"
+    assert "TrialDiverged" in run.data.tags["error"]
+
+
+def test_same_seed_same_architectures(env: dict[str, str]) -> None:
+    seqs = []
+    for _ in range(2):
+        cfg = load_config(overrides=[*TINY, "search.strategy=evolution", "search.trials=4", "search.baselines=[]",
+                                     "train.steps=1", "search.seed=7"])
+        outcome = SearchRunner(cfg, echo=lambda s: None).run()
+        state = load_state(outcome.out_dir / "state.json")
+        seqs.append([t.name for t in state.candidates()])
+    assert seqs[0] == seqs[1] and len(set(seqs[0])) == 4
+
+
+def _search_cmd(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "rankitect", "search", *TINY, "search.baselines=[]", *extra]
+
+
+def _wait_for(pred, timeout: float, what: str) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_path: Path) -> None:
+    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=12")
+    log = open(tmp_path / "search.err", "w")
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True)
+    first = proc.stdout.readline()
+    assert "search run " in first, (tmp_path / "search.err").read_text()[-3000:]
+    parent = first.split("search run ")[1].split(":")[0]
+    state_path = Path(_client().get_run(parent).data.tags["rankitect.checkpoint"])
+
+    def two_done() -> bool:
+        return state_path.exists() and len(json.loads(state_path.read_text())["trials"]) >= 2
+
+    _wait_for(two_done, 240, "two finished trials")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = load_state(state_path)
+    assert not before.done
+    done = subprocess.run([sys.executable, "-m", "rankitect", "search", "--resume", parent], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = load_state(state_path)
+    assert after.done and len(after.candidates()) == 5
+    assert [t.name for t in after.trials[:len(before.trials)]] == [t.name for t in before.trials]
+    names = [t.name for t in after.candidates()]
+    assert len(set(names)) == 5, names
+    runs = _children(parent)
+    assert sorted(r.data.tags["rankitect.trial"] for r in runs) == sorted(str(t.number) for t in after.trials)
+    assert len({r.data.tags["genotype_hash"] for r in runs}) == 5
+
+
+def test_two_processes_share_one_sqlite_study(env: dict[str, str], tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/study.db"
+    cmd = _search_cmd("--strategy", "random", "--trials", "4", "--storage", storage, "--study-name", "shared")
+    first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # let the first create the study; the second must join it, not race it
+    second = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=600) for p in (first, second)]
+    for p, (out, err) in zip((first, second), outs):
+        assert p.returncode == 0, err[-2000:]
+    import optuna
+
+    study = optuna.load_study(study_name="shared", storage=storage)
+    done = [t for t in study.get_trials() if "genotype_hash" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+    hashes = [t.user_attrs["genotype_hash"] for t in done]
+    assert len(hashes) == 4 and len(set(hashes)) == 4
+    parents = {o.split("search run ")[1].split(":")[0] for o, _ in outs}
+    assert len(parents) == 1
+    runs = _children(parents.pop())
+    assert sorted(r.data.tags["genotype_hash"] for r in runs) == sorted(hashes)
+    per_process = [o.count("] ") for o, _ in outs]
+    assert sum(per_process) == 4 and min(per_process) >= 1, per_process
