@@ -116,6 +116,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"})
+    _attach_weights(tracker, run_id, out.model, data.spec)
     for k, v in sorted(out.metrics.items()):
         print(f"{k:18s} {v:.4f}")
     print(f"MLflow run: {run_id}")
@@ -165,6 +166,18 @@ def _log_loss_curve(tracker: Any, run_id: str, losses: list[float]) -> None:
     tracker.client.log_batch(run_id, metrics=[Metric("train/loss", v, now, i) for i, v in enumerate(losses)])
 
 
+def _attach_weights(tracker: Any, run_id: str, model: Any, spec: Any) -> None:
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        weights, spec_file = Path(tmp) / "w.pt", Path(tmp) / "spec.json"
+        torch.save(model.state_dict(), weights)
+        spec.save(spec_file)
+        tracker.log_model_files(run_id, weights, spec_file)
+
+
 def _load_arch(ref: str, spec: Any) -> Any:
     from rankitect.space.architecture import Architecture
 
@@ -182,6 +195,36 @@ def _load_arch(ref: str, spec: Any) -> Any:
         return Architecture.from_json(path.read_text())
     except (ValueError, TypeError, KeyError) as e:
         raise UserError(f"{path}: not a valid genotype: {e}") from None
+
+
+def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
+    import tempfile
+
+    from rankitect.export import export_from_files
+    from rankitect.track import Tracker
+
+    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = tracker.fetch_model_files(args.run_id, tmp)
+        out = export_from_files(files.genotype, files.spec, files.weights, args.output)
+    print(f"exported run {files.run_id} to {out} (model.py imports only torch: load(directory) gives the module)")
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace, cfg: Config) -> int:
+    from rankitect.data import open_data
+    from rankitect.export.finetune import finetune
+    from rankitect.track import Tracker
+
+    _set_threads(cfg)
+    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    data = open_data(cfg.data.source, cfg.data, progress=True)
+    outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch)
+    print(f"{'metric':18s} {'before':>8s} {'after':>8s}")
+    for k in ("test/ne", "test/auc", "test/logloss", "val/ne"):
+        print(f"{k:18s} {outcome.before[k]:8.4f} {outcome.after[k]:8.4f}")
+    print(f"MLflow run: {outcome.run_id} (fine-tuned from {outcome.source_run_id})")
+    return 0
 
 
 def cmd_runs(args: argparse.Namespace, cfg: Config) -> int:
@@ -252,6 +295,19 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("run_id", nargs="?", help="a search's MLflow run id")
     _add_config_args(runs)
     runs.set_defaults(handler=cmd_runs, flags={})
+
+    export = sub.add_parser("export", help="write a tracked model as a standalone model.py + weights")
+    export.add_argument("run_id", help="a candidate's or baseline's run id, or a search run (its winner)")
+    export.add_argument("-o", "--output", required=True, help="output directory")
+    _add_config_args(export)
+    export.set_defaults(handler=cmd_export, flags={})
+
+    finetune = sub.add_parser("finetune", help="train a tracked model further, as a new run")
+    finetune.add_argument("run_id", help="a candidate's or baseline's run id, or a search run (its winner)")
+    finetune.add_argument("--steps", type=int, help="training steps (default: train.steps)")
+    finetune.add_argument("--from-scratch", action="store_true", help="re-initialize instead of loading weights")
+    _add_config_args(finetune)
+    finetune.set_defaults(handler=cmd_finetune, flags={"steps": "train.steps"})
 
     ui = sub.add_parser("ui", help="open the MLflow UI on the run store")
     ui.add_argument("--host", default="127.0.0.1")

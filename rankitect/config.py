@@ -78,6 +78,7 @@ class SearchConfig:
     storage: str | None = None
     study_name: str | None = None
     output_dir: str | None = None  # checkpoint, Pareto table, best genotype; default: beside the store
+    keep_top_k: int = 3  # candidates whose trained weights are kept as MLflow artifacts (baselines: all)
     baselines: list[str] = field(default_factory=lambda: ["dlrm", "dcnv2", "deepfm", "autoint", "wukong", "dhen"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
 

@@ -120,7 +120,7 @@ class SearchRunner:
         pending: dict[Future, tuple[str, Architecture]] = {}
         for name in todo:
             arch = get_baseline(name, self.data.spec)
-            pending[runner.submit(arch, self.train_cfg)] = (name, arch)
+            pending[runner.submit(arch, self.train_cfg, self._weights_path(name))] = (name, arch)
         for future in _as_completed(pending):
             name, arch = pending[future]
             self._record("baseline", name, arch, trial_output(future))
@@ -136,7 +136,7 @@ class SearchRunner:
                     self.echo(f"search space exhausted: {e}")
                     exhausted = True
                     break
-                pending[runner.submit(arch, self.train_cfg)] = arch
+                pending[runner.submit(arch, self.train_cfg, self._weights_path(arch_hash(arch)))] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -163,6 +163,7 @@ class SearchRunner:
         save_state(self.path, self.state)
         self._log_child(record, out.history)
         save_state(self.path, self.state)
+        self._prune_weights()
         self.echo(_trial_line(record, len(self.state.candidates()), self.cfg.search.trials))
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
@@ -214,6 +215,34 @@ class SearchRunner:
             self.owner = False
         return winner
 
+    # --- weights --------------------------------------------------------------------------------
+
+    def _weights_path(self, name: str) -> str:
+        return str(self.out_dir / "weights" / f"{name}.pt")
+
+    def _kept(self) -> list[TrialRecord]:
+        """Every baseline and the ``keep_top_k`` best ok candidates by objective."""
+        ok = [t for t in self.state.candidates() if t.result["status"] == "ok"]
+        ok.sort(key=lambda t: self.objective(TrialResult.from_dict(t.result)))
+        return self.state.baselines() + ok[: self.cfg.search.keep_top_k]
+
+    def _prune_weights(self) -> None:
+        keep = {Path(self._weights_path(t.name)).name for t in self._kept()}
+        folder = self.out_dir / "weights"
+        for f in folder.glob("*.pt") if folder.is_dir() else ():
+            if f.name not in keep:
+                f.unlink()
+
+    def _log_weights(self) -> None:
+        """Attach the kept weights and the feature spec to their child runs (``model/``)."""
+        spec_file = self.out_dir / "feature_spec.json"
+        self.data.spec.save(spec_file)
+        self.tracker.log_artifact(self.state.parent_run_id, spec_file)
+        for t in self._kept():
+            path = Path(self._weights_path(t.name))
+            if t.run_id and path.is_file():
+                self.tracker.log_model_files(t.run_id, path, spec_file)
+
     # --- the end ---------------------------------------------------------------------------------
 
     def _finish(self) -> SearchOutcome:
@@ -226,6 +255,7 @@ class SearchRunner:
         self.state.done = True
         save_state(self.path, self.state)
         table.to_csv(self.out_dir / "pareto.csv", index=False)
+        self._log_weights()
         if best is not None:
             (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
         self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict())

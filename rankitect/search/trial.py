@@ -14,6 +14,7 @@ import multiprocessing as mp
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rankitect.config import TrainConfig
@@ -32,8 +33,14 @@ class TrialOutput:
     traceback: str | None = None
 
 
-def run_trial(arch: Architecture, data: Any, cfg: TrainConfig) -> TrialOutput:
-    """Cost, train and score ``arch`` on ``data``; failures are returned, not raised."""
+def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None) -> TrialOutput:
+    """Cost, train and score ``arch`` on ``data``; failures are returned, not raised.
+
+    With ``weights_path`` the trained model's ``state_dict`` is saved there (``torch.save`` of
+    tensors only, so ``torch.load(..., weights_only=True)`` reads it).
+    """
+    import torch
+
     from rankitect.space.flops import cost
     from rankitect.train.loop import train_architecture
 
@@ -44,8 +51,9 @@ def run_trial(arch: Architecture, data: Any, cfg: TrainConfig) -> TrialOutput:
         mflops, params = c.mflops, c.params
         out = train_architecture(arch, data, cfg)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds)
-        if not result.ok:  # pragma: no cover - from_metrics only builds ok results
-            raise RuntimeError(result.error)
+        if weights_path is not None:
+            Path(weights_path).parent.mkdir(parents=True, exist_ok=True)
+            torch.save(out.model.state_dict(), weights_path)
         return TrialOutput(result=result, history=out.history)
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -74,8 +82,8 @@ def _init_worker(data_path: str, threads: int) -> None:
     _WORKER_DATA["data"] = ClickData.open(data_path)
 
 
-def _run_in_worker(arch_json: str, cfg: TrainConfig) -> TrialOutput:
-    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg)
+def _run_in_worker(arch_json: str, cfg: TrainConfig, weights_path: str | None) -> TrialOutput:
+    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg, weights_path)
 
 
 class InlineRunner:
@@ -84,9 +92,9 @@ class InlineRunner:
     def __init__(self, data: Any) -> None:
         self.data = data
 
-    def submit(self, arch: Architecture, cfg: TrainConfig) -> Future:
+    def submit(self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None) -> Future:
         future: Future = Future()
-        future.set_result(run_trial(arch, self.data, cfg))
+        future.set_result(run_trial(arch, self.data, cfg, weights_path))
         return future
 
     def close(self) -> None:
@@ -108,13 +116,13 @@ class TrialPool:
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
                                    initargs=(self.data_path, self.threads))
 
-    def submit(self, arch: Architecture, cfg: TrainConfig) -> Future:
+    def submit(self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None) -> Future:
         try:
-            return self.executor.submit(_run_in_worker, arch.to_json(), cfg)
+            return self.executor.submit(_run_in_worker, arch.to_json(), cfg, weights_path)
         except BrokenProcessPool:
             self.executor.shutdown(wait=False, cancel_futures=True)
             self.executor = self._new_executor()
-            return self.executor.submit(_run_in_worker, arch.to_json(), cfg)
+            return self.executor.submit(_run_in_worker, arch.to_json(), cfg, weights_path)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)

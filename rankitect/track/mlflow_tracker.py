@@ -17,10 +17,12 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,7 @@ KIND, STRATEGY, SPACE = "rankitect.kind", "rankitect.strategy", "rankitect.space
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
+MODEL_DIR, WEIGHTS_FILE, SPEC_FILE = "model", "state_dict.pt", "feature_spec.json"
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -78,6 +81,16 @@ def _store_lock(root: Path | None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Local copies of what a run keeps of a trained model."""
+
+    run_id: str
+    genotype: Path
+    weights: Path
+    spec: Path
 
 
 class Tracker:
@@ -150,6 +163,55 @@ class Tracker:
         self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
         self.client.set_terminated(run_id, "FINISHED" if result.status == "ok" else "FAILED")
         return run_id
+
+    def log_model_files(self, run_id: str, weights: str | Path, spec_file: str | Path) -> None:
+        """Attach trained weights and the feature spec to a run as ``model/state_dict.pt`` and
+        ``model/feature_spec.json`` (what export, finetune and probe read back)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / MODEL_DIR
+            folder.mkdir()
+            shutil.copyfile(weights, folder / WEIGHTS_FILE)
+            shutil.copyfile(spec_file, folder / SPEC_FILE)
+            self.client.log_artifacts(run_id, str(folder), MODEL_DIR)
+
+    def fetch_model_files(self, run_id: str, dst: str | Path) -> ModelFiles:
+        """Download a run's genotype, weights and feature spec into ``dst``.
+
+        A search (parent) run stands for its winner. Raises ``UserError`` naming the run when
+        something is missing.
+        """
+        from rankitect.errors import UserError
+
+        run = self._get_run(run_id)
+        if run.data.tags.get(KIND) == "search":
+            run = self._winner_of(run)
+        rid = run.info.run_id
+        dst = Path(dst)
+        try:
+            genotype = self.client.download_artifacts(rid, "genotype.json", str(dst))
+            folder = self.client.download_artifacts(rid, MODEL_DIR, str(dst))
+        except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
+            raise UserError(f"run {rid}: no trained weights were kept for it (only the top candidates "
+                            f"and the baselines keep theirs): {type(e).__name__}") from None
+        return ModelFiles(rid, Path(genotype), Path(folder) / WEIGHTS_FILE, Path(folder) / SPEC_FILE)
+
+    def _get_run(self, run_id: str) -> Any:
+        from rankitect.errors import UserError
+
+        try:
+            return self.client.get_run(run_id)
+        except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
+            raise UserError(f"no run {run_id!r} in {self.uri} ({type(e).__name__})") from None
+
+    def _winner_of(self, search_run: Any) -> Any:
+        from rankitect.errors import UserError
+
+        h = search_run.data.tags.get("best_genotype_hash")
+        query = f"tags.`{PARENT}` = '{search_run.info.run_id}' and tags.genotype_hash = '{h}'"
+        found = [r for r in self._search(query) if r.data.tags.get(KIND) == "candidate"] if h else []
+        if not found:
+            raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
+        return found[0]
 
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)

@@ -1,0 +1,68 @@
+"""Fine-tune a tracked model: more steps, or other data with the same features, as a new run."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rankitect.config import TrainConfig
+from rankitect.data.spec import FeatureSpec
+from rankitect.errors import UserError
+from rankitect.space.architecture import Architecture
+
+FROM_TAG = "rankitect.finetuned_from"
+
+
+@dataclass
+class FinetuneOutcome:
+    run_id: str
+    source_run_id: str
+    before: dict[str, float]
+    after: dict[str, float]
+
+
+def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> None:
+    """Weights fit other data only when its sparse features (names, vocabularies, sides) and
+    dense count are the ones the model was trained on."""
+    if [(f.name, f.vocab_size, f.side) for f in trained.sparse] != [(f.name, f.vocab_size, f.side) for f in data.sparse]:
+        raise UserError(f"{where}: the data's sparse features differ from the ones the model was trained on")
+    if trained.n_dense != data.n_dense:
+        raise UserError(f"{where}: the data has {data.n_dense} dense features, the model was trained on {trained.n_dense}")
+
+
+def finetune(tracker: Any, run_id: str, data: Any, cfg: TrainConfig, *, from_scratch: bool = False) -> FinetuneOutcome:
+    """Continue training the model of ``run_id`` (a candidate, baseline or search run) on ``data``.
+
+    The model starts from the run's weights (or fresh, ``from_scratch``), is scored on the test
+    split before and after, and is logged as a new run tagged with the run it came from, with its
+    new weights attached.
+    """
+    from rankitect.search.base import TrialResult
+    from rankitect.space import build_model
+    from rankitect.space.flops import cost
+    from rankitect.train.loop import score, train_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = tracker.fetch_model_files(run_id, tmp)
+        arch = Architecture.from_json(files.genotype.read_text())
+        check_same_features(FeatureSpec.load(files.spec), data.spec, f"finetune {run_id}")
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            model = build_model(arch, data.spec)
+            if not from_scratch:
+                model.load_state_dict(torch.load(files.weights, weights_only=True))
+            before = score(model, data, cfg)
+            out = train_model(model, data, cfg)
+        c = cost(arch, data.spec)
+        result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
+        new_id = tracker.log_trial(None, arch, result, {FROM_TAG: files.run_id, "rankitect.command": "finetune",
+                                                       "rankitect.from_scratch": str(from_scratch).lower()})
+        weights, spec_file = Path(tmp) / "finetuned.pt", Path(tmp) / "spec.json"
+        torch.save(model.state_dict(), weights)
+        data.spec.save(spec_file)
+        tracker.log_model_files(new_id, weights, spec_file)
+    return FinetuneOutcome(new_id, files.run_id, before, out.metrics)
