@@ -61,7 +61,8 @@ class EngineerSpace(SearchSpace):
     """The engineer space (see the module docstring); build it with ``get_space("engineer")``."""
 
     def __init__(
-        self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]]
+        self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]],
+        rocs: bool = False,
     ) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
             raise ValueError(f"option 'max_depth' must be an int >= 0, got {max_depth!r}")
@@ -69,8 +70,10 @@ class EngineerSpace(SearchSpace):
         if not heads:
             raise ValueError(f"option 'heads': none of {list(menus['heads'])} divides embedding_dim={embedding_dim}")
         self.max_depth, self.embedding_dim, self.use_dense = max_depth, embedding_dim, bool(use_dense)
+        self.rocs = bool(rocs)
         self.menus = {**menus, "heads": heads, "ffn": (False, True), "combine": ("concat", "sum")}
-        options = {"max_depth": max_depth, "embedding_dim": embedding_dim, "use_dense": self.use_dense, **menus}
+        options = {"max_depth": max_depth, "embedding_dim": embedding_dim, "use_dense": self.use_dense, **menus,
+                   "rocs": self.rocs}
         super().__init__("engineer", self._choices(), options)
 
     def _choices(self) -> list[Choice]:
@@ -135,10 +138,10 @@ class EngineerSpace(SearchSpace):
             deep_in = ("sparse", x_dense) if x_dense is not None else ("sparse",)
             z.append(add(BlockGene("mlp", deep_in, {"width": s["deep.width"], "num_layers": s["deep.layers"]})))
         widths = tuple(s[f"top.w{i}"] for i in range(s["top.layers"]))
-        return Architecture(tuple(genes), HeadGene(tuple(z), widths), self.embedding_dim)
+        return Architecture(tuple(genes), HeadGene(tuple(z), widths), self.embedding_dim, rocs=self.rocs)
 
     def _encode(self, arch: Architecture) -> dict[str, Any] | None:
-        if arch.embedding_dim != self.embedding_dim or arch.rocs:
+        if arch.embedding_dim != self.embedding_dim or arch.rocs != self.rocs:
             return None
         out: dict[str, Any] = {}
         genes, p = arch.blocks, 0
@@ -195,13 +198,15 @@ def engineer_space(
     dhen_modules: Sequence[str] = DHEN_MODULES,
     cross_ranks: Sequence[int] = (0, 16, 32, 64),
     dense_tokens: Sequence[int] = (1, 2, 4),
+    rocs: bool = False,
 ) -> EngineerSpace:
     """Stacks of attention / Wukong / DHEN layers, a readout, optional DCN, deep tower and top MLP.
 
     Menus: ``widths`` (bottom, deep and top MLPs), ``layer_widths`` (Wukong FMB MLP), ``fields``
     (Wukong FMB/LCB and DHEN output fields), ``heads``, ``wukong_ranks``, ``mlp_layers`` (Wukong),
     ``dhen_modules`` (``+``-joined module names), ``cross_ranks`` (0 = full rank),
-    ``dense_tokens`` (tokens of the dense vector in the field stream).
+    ``dense_tokens`` (tokens of the dense vector in the field stream); ``rocs=True`` holds only
+    ROCS-masked architectures (request-side work runs once per request).
     """
     menus = {
         "widths": widths, "layer_widths": layer_widths, "fields": fields, "heads": heads,
@@ -210,5 +215,5 @@ def engineer_space(
     }
     return EngineerSpace(
         max_depth=max_depth, embedding_dim=embedding_dim, use_dense=use_dense,
-        menus={k: as_tuple(k, v) for k, v in menus.items()},
+        menus={k: as_tuple(k, v) for k, v in menus.items()}, rocs=rocs,
     )

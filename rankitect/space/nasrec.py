@@ -60,6 +60,7 @@ class NasrecSpace(SearchSpace):
         embedding_dim: int,
         use_dense: bool,
         head_widths: Sequence[int],
+        rocs: bool = False,
     ) -> None:
         for name, v in {"num_blocks": num_blocks, "max_inputs": max_inputs, "merge_tokens": merge_tokens}.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -69,11 +70,12 @@ class NasrecSpace(SearchSpace):
         self.num_blocks, self.max_inputs, self.merge_tokens = num_blocks, max_inputs, merge_tokens
         self.num_heads, self.embedding_dim, self.use_dense = num_heads, embedding_dim, bool(use_dense)
         self.head_widths = tuple(head_widths)
+        self.rocs = bool(rocs)
         widths, tokens = as_tuple("widths", widths), as_tuple("tokens", tokens)
         options = {
             "num_blocks": num_blocks, "widths": widths, "tokens": tokens, "max_inputs": max_inputs,
             "merge_tokens": merge_tokens, "num_heads": num_heads, "embedding_dim": embedding_dim,
-            "use_dense": self.use_dense, "head_widths": self.head_widths,
+            "use_dense": self.use_dense, "head_widths": self.head_widths, "rocs": self.rocs,
         }
         super().__init__("nasrec", self._choices(widths, tokens), options)
 
@@ -114,7 +116,7 @@ class NasrecSpace(SearchSpace):
                 flat_out[str(k)].append(len(genes) - 1)
         consumed = {r for g in genes for r in g.inputs}
         head = tuple(i for i in range(len(genes)) if i not in consumed)
-        return Architecture(tuple(genes), HeadGene(head, self.head_widths), self.embedding_dim)
+        return Architecture(tuple(genes), HeadGene(head, self.head_widths), self.embedding_dim, rocs=self.rocs)
 
     def _field_op(
         self, s: Mapping[str, Any], k: int, genes: list[BlockGene], fields: list[InputRef], merged: list[InputRef]
@@ -137,7 +139,7 @@ class NasrecSpace(SearchSpace):
         return len(genes) - 1
 
     def _encode(self, arch: Architecture) -> dict[str, Any] | None:
-        if arch.embedding_dim != self.embedding_dim or arch.head.widths != self.head_widths or arch.rocs:
+        if arch.embedding_dim != self.embedding_dim or arch.head.widths != self.head_widths or arch.rocs != self.rocs:
             return None
         out: dict[str, Any] = {}
         slot_of: dict[int, str] = {}
@@ -188,12 +190,15 @@ def nasrec_space(
     embedding_dim: int = 16,
     use_dense: bool = True,
     head_widths: Sequence[int] = (),
+    rocs: bool = False,
 ) -> NasrecSpace:
     """NASRec-Full (7 blocks, widths 16..1024, 16..64 tokens, <= 4 inputs, D = 16); smaller menus for tests.
 
-    ``use_dense=False`` for data without dense features; ``head_widths`` adds hidden head layers.
+    ``use_dense=False`` for data without dense features; ``head_widths`` adds hidden head layers;
+    ``rocs=True`` holds only ROCS-masked architectures (request-side work runs once per request).
     """
     return NasrecSpace(
         num_blocks=num_blocks, widths=widths, tokens=tokens, max_inputs=max_inputs, merge_tokens=merge_tokens,
         num_heads=num_heads, embedding_dim=embedding_dim, use_dense=use_dense, head_widths=head_widths,
+        rocs=rocs,
     )
