@@ -64,6 +64,35 @@ class EvolutionConfig:
 
 
 @dataclass
+class OneShotConfig:
+    """The ``oneshot`` strategy: train a supernet on single paths, evolve on inherited weights."""
+
+    supernet_steps: int = 600
+    warmup_steps: int = 200  # the widest path is drawn with a probability falling linearly to 0
+    population: int = 16
+    sample_size: int = 4
+    children: int = 32  # mutated children scored after the initial population
+    finetune_steps: int = 10  # head-only steps before a child is scored
+    score_batches: int = 10  # validation batches a child is scored on
+    top_k: int = 2  # best scored children retrained from scratch
+    log_every: int = 10
+
+
+@dataclass
+class DnasConfig:
+    """The ``dnas`` strategy: Gumbel-softmax weights over every choice, trained on validation batches."""
+
+    supernet_steps: int = 300
+    warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
+    arch_every: int = 1  # an architecture step after every this many weight steps
+    arch_lr: float = 0.01
+    tau_start: float = 5.0
+    tau_end: float = 0.5
+    top_k: int = 1  # most probable architectures retrained from scratch
+    log_every: int = 10
+
+
+@dataclass
 class SearchConfig:
     """What to search, how, and how candidates are ranked."""
 
@@ -81,6 +110,8 @@ class SearchConfig:
     keep_top_k: int = 3  # candidates whose trained weights are kept as MLflow artifacts (baselines: all)
     baselines: list[str] = field(default_factory=lambda: ["dlrm", "dcnv2", "deepfm", "autoint", "wukong", "dhen"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    oneshot: OneShotConfig = field(default_factory=OneShotConfig)
+    dnas: DnasConfig = field(default_factory=DnasConfig)
 
 
 @dataclass

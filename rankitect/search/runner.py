@@ -19,7 +19,7 @@ import pandas as pd
 
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
-from rankitect.search.base import SpaceExhausted, TrialResult, arch_hash
+from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
 from rankitect.search.checkpoint import SearchState, TrialRecord, load_state, save_state
 from rankitect.search.factory import objective_from_config, strategy_from_config
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
@@ -64,10 +64,10 @@ class SearchRunner:
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
         self.space = get_space(cfg.search.space)
         self.objective = objective_from_config(cfg.search)
-        self.strategy = strategy_from_config(cfg.search, self.space)
+        self.strategy = self._make_strategy()
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         self.state = state if state is not None else self._start()
-        if state is not None and state.strategy:
+        if state is not None and state.strategy and self.strategy is not None:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
         self.path = self.out_dir / "state.json"
@@ -93,6 +93,14 @@ class SearchRunner:
         return cls(saved, state=state, **kw)
 
     # --- the loop --------------------------------------------------------------------------------
+
+    def _make_strategy(self) -> Strategy | None:
+        """The ask/tell strategy of the search (a subclass with a loop of its own may have none)."""
+        return strategy_from_config(self.cfg.search, self.space)
+
+    def candidate_budget(self) -> int:
+        """How many candidates the search trains (for the progress lines)."""
+        return self.cfg.search.trials
 
     def run(self) -> SearchOutcome:
         runner = self._trial_runner()
@@ -159,12 +167,13 @@ class SearchRunner:
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
                              result=out.result.to_dict())
         self.state.trials.append(record)
-        self.state.strategy = self.strategy.state_dict()
+        if self.strategy is not None:
+            self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
         self._log_child(record, out.history)
         save_state(self.path, self.state)
         self._prune_weights()
-        self.echo(_trial_line(record, len(self.state.candidates()), self.cfg.search.trials))
+        self.echo(_trial_line(record, len(self.state.candidates()), self.candidate_budget()))
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
 
