@@ -1,0 +1,403 @@
+"""The weight-sharing supernet of a preset space, for one-shot and differentiable search.
+
+Every op of every choice site is built once, through :func:`~rankitect.blocks.build_block`, at its
+widest (largest widths, token counts, ranks, depths and every optional part), and every input it
+can read has columns of its own (:mod:`rankitect.space.supernet_layout`). A *path* is a sample of
+the space (one option per label); ``supernet(batch, path)`` runs the architecture ``decode(path)``
+with each gene's weights cut from its site's widest block: the first units of each layer (NASRec's
+masks on the first units, computed by slicing so that dead units cost nothing) and the columns of
+the inputs actually read (NASRec's input gates). The cut is exact: :meth:`Supernet.extract` copies
+the same slices into ``build_model(arch)``, and that standalone model computes the same logits.
+
+For DNAS, ``gates`` maps labels to scalars (straight-through Gumbel-softmax samples, forward value
+1) that scale the outputs and inputs each label decides, so the loss has a gradient in every label.
+
+>>> import numpy as np
+>>> from rankitect.space import get_space
+>>> from rankitect.space.testing import tiny_batch, tiny_spec
+>>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
+>>> supernet = Supernet(space, tiny_spec())
+>>> path = space.sample(np.random.default_rng(0))
+>>> batch = tiny_batch(tiny_spec(), 3)
+>>> torch.allclose(supernet(batch, path), supernet.extract(path)(batch), atol=1e-6)
+True
+>>> supernet.path_flops(path) == supernet.extract(path).flops()
+True
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
+from rankitect.blocks.common import MaskedLinear
+from rankitect.blocks.embedding import SparseEmbedding
+from rankitect.data.batch import Batch
+from rankitect.data.spec import FeatureSpec
+from rankitect.space.architecture import Architecture, InputRef
+from rankitect.space.builder import Head, InputAdapter, RankingModel, build_model
+from rankitect.space.space import SearchSpace
+from rankitect.space.supernet_layout import HeadSite, Layout, Role, Segments, Site
+from rankitect.space.supernet_presets import layout_for
+from rankitect.space.supernet_slicing import InPos, Params, flat_positions, linear, slice_block, widest_params
+
+Shape = tuple[int, ...]
+Path = Mapping[str, Any]
+
+
+def _units(shape: Shape) -> int:
+    return shape[0] * shape[1] if len(shape) == 2 else shape[0]
+
+
+def _offsets(segments: Segments, shapes: Mapping[str, Shape], size: Callable[[Shape], int],
+             where: str) -> tuple[dict[str, int], int]:
+    """Start of each port in a widest input made of ``segments``, and its total size."""
+    offsets, start = {}, 0
+    for segment in segments:
+        missing = [p for p in segment if p not in shapes]
+        if missing:
+            raise ValueError(f"supernet site {where!r}: port {missing[0]!r} is read before any site writes it")
+        for port in segment:
+            offsets[port] = start
+        start += max(size(shapes[p]) for p in segment)
+    return offsets, start
+
+
+def _fields(shape: Shape) -> int:
+    if len(shape) != 2:
+        raise ValueError(f"a field segment holds a flat port of shape {shape}")
+    return shape[0]
+
+
+def _at(offsets: dict[str, int], port: str, where: str) -> int:
+    if port not in offsets:
+        raise ValueError(f"supernet site {where!r} has no input column for port {port!r}")
+    return offsets[port]
+
+
+@dataclass
+class Value:
+    """A tensor flowing through a path: its port and the positions of its units/fields in that port."""
+
+    port: str
+    pos: torch.Tensor
+    is_field: bool
+
+
+class SharedBlock(nn.Module):
+    """One site at its widest: the projection of a field op's flat inputs to tokens, and the block."""
+
+    def __init__(self, site: Site, shapes: Mapping[str, Shape], dim: int) -> None:
+        super().__init__()
+        self.site, self.dim = site, dim
+        cls = get_block_class(site.op)
+        self.field_off, fields = _offsets(site.fields, shapes, _fields, site.key)
+        self.flat_off, units = _offsets(site.flats, shapes, _units, site.key)
+        self.left_off, left_units = _offsets(site.left, shapes, _units, site.key)
+        self.fields = fields
+        self.proj: MaskedLinear | None = None
+        if cls.in_kind == FIELD:
+            if units:
+                self.proj = MaskedLinear(units, site.tokens * dim)
+                fields += site.tokens
+            in_shape: Shape = (fields, dim)
+        elif cls.num_inputs == 2:
+            in_shape = (left_units, units)
+        else:
+            in_shape = (units,)
+        in_shape, params = widest_params(site.op, in_shape, dict(site.params))
+        self.block = build_block(site.op, in_shape, params)
+
+    def positions(self, inputs: list[Value], tokens: int) -> tuple[InPos, torch.Tensor | None]:
+        """Where a gene's inputs sit in the widest input: block positions, projection columns."""
+        key = self.site.key
+        units = [v.pos if not v.is_field else flat_positions(v.pos, self.dim) for v in inputs]
+        cls = get_block_class(self.site.op)
+        if cls.in_kind == FIELD:
+            field_pos = [_at(self.field_off, v.port, key) + v.pos for v in inputs if v.is_field]
+            flat_cols = [_at(self.flat_off, v.port, key) + u for v, u in zip(inputs, units) if not v.is_field]
+            if not flat_cols:
+                return torch.cat(field_pos), None
+            return torch.cat([*field_pos, self.fields + torch.arange(tokens)]), torch.cat(flat_cols)
+        cols = [_at(self.flat_off, v.port, key) + u for v, u in zip(inputs, units)]
+        if cls.num_inputs == 2:
+            left = _at(self.left_off, inputs[0].port, key) + units[0]
+            return (left, torch.cat(cols[1:]) if len(cols) > 1 else cols[0]), None
+        return torch.cat(cols), None
+
+
+class MixedOp(nn.Module):
+    """One choice site: a shared block per option; a path runs one, scaled by its labels' gates."""
+
+    def __init__(self, options: Mapping[str, SharedBlock]) -> None:
+        super().__init__()
+        self.options = nn.ModuleDict(options)
+
+    def forward(self, step: GeneStep, xs: list[torch.Tensor], gates: Mapping[str, torch.Tensor] | None
+                ) -> torch.Tensor:
+        adapter_params, block_params = step.params(self.options[step.option])
+        xs = functional_call(step.adapter, adapter_params, (xs,))
+        return scale(functional_call(step.block, block_params, tuple(xs)), step.role.gates, gates)
+
+
+class SupernetHead(nn.Module):
+    """The head at its widest: hidden layers of the widest widths, one output layer per depth."""
+
+    def __init__(self, site: HeadSite, shapes: Mapping[str, Shape]) -> None:
+        super().__init__()
+        self.offsets, units = _offsets(site.flats, shapes, _units, "head")
+        sizes = [units, *site.widths]
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.outputs = nn.ModuleDict({str(d): nn.Linear(sizes[d], 1) for d in site.depths})
+
+    def params(self, in_pos: torch.Tensor, widths: tuple[int, ...]) -> Params:
+        """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""
+        if str(len(widths)) not in self.outputs:
+            raise ValueError(f"supernet head has no output layer for {len(widths)} hidden layers")
+        out: Params = {}
+        cols: torch.Tensor | int = in_pos
+        for i, width in enumerate(widths):
+            out.update(linear(f"mlp.{2 * i}.", self.hidden[i], width, cols))
+            cols = width
+        out.update(linear(f"mlp.{2 * len(widths)}.", self.outputs[str(len(widths))], None, cols))
+        return out
+
+
+@dataclass
+class GeneStep:
+    """One gene of a planned path: its templates (actual sizes) and where its weights sit."""
+
+    site: str
+    option: str
+    role: Role
+    inputs: tuple[InputRef, ...]
+    adapter: InputAdapter
+    block: Block
+    tokens: int
+    in_pos: InPos
+    proj_cols: torch.Tensor | None
+
+    def params(self, shared: SharedBlock) -> tuple[Params, Params]:
+        """The adapter's and the block's weights cut from ``shared`` (differentiable)."""
+        adapter: Params = {}
+        if self.proj_cols is not None and shared.proj is not None:
+            adapter = linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols)
+        return adapter, slice_block(self.block.op_name, shared.block, self.block, self.in_pos)[0]
+
+
+@dataclass
+class PathPlan:
+    """A path turned into steps: the architecture, its genes' steps and its head."""
+
+    arch: Architecture
+    steps: list[GeneStep]
+    head: Head
+    head_pos: torch.Tensor
+    head_gates: tuple[str, ...]
+
+
+def scale(x: torch.Tensor, labels: tuple[str, ...], gates: Mapping[str, torch.Tensor] | None) -> torch.Tensor:
+    """``x`` times the gates of ``labels`` (unchanged without gates)."""
+    if gates is None:
+        return x
+    for label in labels:
+        x = x * gates[label]
+    return x
+
+
+def _site_name(key: str) -> tuple[str, str]:
+    """``"b3.flat/mlp" -> ("b3_flat", "mlp")``; a site without options has the option ``"only"``."""
+    site, _, option = key.partition("/")
+    return site.replace(".", "_"), option or "only"
+
+
+class Supernet(nn.Module):
+    """Every op of ``space`` at its widest, sharing weights; ``forward(batch, path)`` runs one path.
+
+    Args:
+        space: a preset space (``nasrec`` or ``engineer``).
+        spec: the feature spec of the data.
+        layout: the preset's layout (default: :func:`~rankitect.space.supernet_presets.layout_for`).
+        cache_size: planned paths and template modules kept (least recently used dropped).
+    """
+
+    def __init__(self, space: SearchSpace, spec: FeatureSpec, *, layout: Layout | None = None,
+                 cache_size: int = 512) -> None:
+        super().__init__()
+        self.space, self.spec = space, spec
+        self.layout = layout if layout is not None else layout_for(space, spec)
+        self.dim = self.layout.embedding_dim
+        self.embedding = SparseEmbedding(spec, self.dim)
+        shapes: dict[str, Shape] = {"sparse": (spec.n_sparse, self.dim)}
+        if spec.n_dense:
+            shapes["dense"] = (spec.n_dense,)
+        grouped: dict[str, dict[str, SharedBlock]] = {}
+        for site in self.layout.sites():
+            shared = SharedBlock(site, shapes, self.dim)
+            name, option = _site_name(site.key)
+            grouped.setdefault(name, {})[option] = shared
+            for port in site.out:  # a port is as wide as the widest site that writes it
+                old = shapes.get(port, (0, *shared.block.out_shape[1:]))
+                shapes[port] = (max(old[0], shared.block.out_shape[0]), *shared.block.out_shape[1:])
+        self.ops = nn.ModuleDict({name: MixedOp(options) for name, options in grouped.items()})
+        self.head = SupernetHead(self.layout.head(), shapes)
+        self.port_shapes = shapes
+        self.cache_size = cache_size
+        self._plans: OrderedDict[Any, PathPlan] = OrderedDict()
+        self._templates: OrderedDict[Any, nn.Module] = OrderedDict()
+
+    # --- planning a path ------------------------------------------------------------------------
+
+    def plan(self, path: Path) -> PathPlan:
+        """The steps of ``path`` (cached): decode, roles, template modules and weight positions."""
+        key = tuple(sorted(path.items(), key=lambda kv: kv[0]))
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        arch = self.space.decode(path)
+        if arch.rocs:
+            raise ValueError("supernet: ROCS-masked architectures are not supported")
+        roles, head_gates = self.layout.roles(path, arch)
+        values: dict[InputRef, Value] = {"sparse": Value("sparse", torch.arange(self.spec.n_sparse), True)}
+        if self.spec.n_dense:
+            values["dense"] = Value("dense", torch.arange(self.spec.n_dense), False)
+        steps = [self._plan_gene(arch, i, role, values) for i, role in enumerate(roles)]
+        head_inputs = [values[r] for r in arch.head.inputs]
+        pos = [_at(self.head.offsets, v.port, "head") + (flat_positions(v.pos, self.dim) if v.is_field else v.pos)
+               for v in head_inputs]
+        head_pos = torch.cat(pos)
+        head = self._template(("head", len(head_pos), arch.head.widths), lambda: Head(len(head_pos), arch.head.widths))
+        plan = PathPlan(arch, steps, head, head_pos, head_gates)
+        self._check(head, self.head.params(head_pos, arch.head.widths), "head")
+        self._plans[key] = plan
+        if len(self._plans) > self.cache_size:
+            self._plans.popitem(last=False)
+        return plan
+
+    def _plan_gene(self, arch: Architecture, i: int, role: Role, values: dict[InputRef, Value]) -> GeneStep:
+        gene = arch.blocks[i]
+        cls = get_block_class(gene.op)
+        inputs = [values[r] for r in gene.inputs]
+        shapes = [(len(v.pos), self.dim) if v.is_field else (len(v.pos),) for v in inputs]
+        adapter = self._template(
+            ("adapter", tuple(shapes), cls.in_kind, cls.num_inputs, gene.tokens),
+            lambda: InputAdapter(shapes, [0] * len(shapes), in_kind=cls.in_kind, num_inputs=cls.num_inputs,
+                                 tokens=gene.tokens, dim=self.dim, masked=False),
+        )
+        block = self._template(("block", gene.op, adapter.out_shape, gene.params),
+                               lambda: build_block(gene.op, adapter.out_shape, dict(gene.params)))
+        site, option = _site_name(role.key)
+        shared = self.ops[site].options[option]
+        in_pos, proj_cols = shared.positions(inputs, gene.tokens)
+        step = GeneStep(site, option, role, gene.inputs, adapter, block, gene.tokens, in_pos, proj_cols)
+        adapter_params, block_params = step.params(shared)
+        self._check(adapter, adapter_params, f"blocks[{i}] adapter")
+        self._check(block, block_params, f"blocks[{i}] ({gene.op})")
+        out_pos = slice_block(gene.op, shared.block, block, in_pos)[1]
+        if int(out_pos.max()) >= self.port_shapes[role.port][0]:
+            raise ValueError(f"supernet: blocks[{i}] writes past the width of port {role.port!r}")
+        values[i] = Value(role.port, out_pos, cls.out_kind == FIELD)
+        return step
+
+    @staticmethod
+    def _check(template: nn.Module, params: Params, what: str) -> None:
+        """Every weight of the narrow module is cut, with its shape: the slicing rules fit the blocks."""
+        wanted = {n: tuple(p.shape) for n, p in template.named_parameters()}
+        got = {n: tuple(p.shape) for n, p in params.items()}
+        if wanted != got:
+            raise ValueError(f"supernet: the cut weights of {what} do not fit: expected {wanted}, got {got}")
+
+    def _template(self, key: Any, build: Callable[[], nn.Module]) -> Any:
+        """A module of the path's actual sizes whose weights are placeholders (cut weights replace them)."""
+        if key in self._templates:
+            self._templates.move_to_end(key)
+            return self._templates[key]
+        with torch.random.fork_rng():  # building initializes weights; the caller's random state is kept
+            module = build()
+        for sub in module.modules():
+            for name, p in list(sub.named_parameters(recurse=False)):
+                setattr(sub, name, nn.Parameter(torch.empty(p.shape, device="meta"), requires_grad=False))
+        self._templates[key] = module
+        if len(self._templates) > 4 * self.cache_size:
+            self._templates.popitem(last=False)
+        return module
+
+    # --- running a path ------------------------------------------------------------------------
+
+    def features(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The head's input of ``path`` on ``batch``: its inputs flattened and concatenated ``(B, W)``."""
+        plan = self.plan(path)
+        outs: dict[InputRef, torch.Tensor] = {"dense": batch.dense}
+        if plan.arch.uses("sparse"):
+            outs["sparse"] = self.embedding(batch.sparse)
+        for i, step in enumerate(plan.steps):
+            xs = [scale(outs[r], g, gates) for r, g in zip(step.inputs, step.role.input_gates or
+                                                              [()] * len(step.inputs))]
+            outs[i] = self.ops[step.site](step, xs, gates)
+        feats = [outs[r].reshape(len(batch), -1) for r in plan.arch.head.inputs]  # (B, N, D) -> (B, N*D)
+        return torch.cat(feats, dim=1) if len(feats) > 1 else feats[0]
+
+    def head_params(self, path: Path) -> Params:
+        """The weights of ``path``'s head cut from the widest head (names as in ``Head``)."""
+        plan = self.plan(path)
+        return self.head.params(plan.head_pos, plan.arch.head.widths)
+
+    def forward(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Logits ``(B,)`` of the architecture ``decode(path)`` with weights cut from the supernet."""
+        plan = self.plan(path)
+        logits = functional_call(plan.head, self.head_params(path), (self.features(batch, path, gates),))
+        return scale(logits, plan.head_gates, gates)
+
+    # --- what a path costs and what it is ---------------------------------------------------------
+
+    def path_flops(self, path: Path) -> int:
+        """Forward FLOPs per example of ``decode(path)`` from the blocks' analytic ``flops()``."""
+        plan = self.plan(path)
+        return sum(s.adapter.flops() + s.block.flops() for s in plan.steps) + plan.head.flops()
+
+    def as_path(self, arch_or_path: Architecture | Path) -> dict[str, Any]:
+        """A path from an architecture of the space (``space.encode``) or a path as is."""
+        if isinstance(arch_or_path, Architecture):
+            sample = self.space.encode(arch_or_path)
+            if sample is None:
+                raise ValueError(f"architecture {arch_or_path.hash} is not in space {self.space.name!r}")
+            return sample
+        return dict(arch_or_path)
+
+    def extract(self, arch_or_path: Architecture | Path) -> RankingModel:
+        """A standalone ``build_model(arch)`` holding copies of the weights cut from the supernet."""
+        path = self.as_path(arch_or_path)
+        plan = self.plan(path)
+        model = build_model(plan.arch, self.spec)
+        state: Params = {}
+        if model.embedding is not None:
+            state.update({f"embedding.{k}": v for k, v in self.embedding.state_dict().items()})
+        for i, step in enumerate(plan.steps):
+            adapter, block = step.params(self.ops[step.site].options[step.option])
+            state.update({f"adapters.{i}.{k}": v for k, v in adapter.items()})
+            state.update({f"blocks.{i}.{k}": v for k, v in block.items()})
+        state.update({f"head.{k}": v for k, v in self.head_params(path).items()})
+        model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+        return model
+
+    def widest_path(self, rng: np.random.Generator) -> dict[str, Any]:
+        """A path through the widest options: the largest number, ``True`` for a switch, else uniform."""
+        path = self.space.sample(rng)
+        for label, choice in self.space.choices.items():
+            opts = choice.options
+            if all(isinstance(o, bool) for o in opts):
+                path[label] = True if True in opts else opts[0]
+            elif all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts):
+                path[label] = max(opts)
+        return path
+
+
+__all__ = ["GeneStep", "MixedOp", "PathPlan", "SharedBlock", "Supernet", "SupernetHead", "scale"]

@@ -1,0 +1,121 @@
+"""The supernet: a path computes what the standalone model of its architecture computes with the cut
+weights, FLOPs agree with the analytic cost, narrower choices reuse the first units, gates carry gradient."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rankitect.data.spec import FeatureSpec
+from rankitect.space import build_model, cost, get_space
+from rankitect.space.supernet import Supernet
+from rankitect.space.testing import tiny_batch
+from tests.space.conftest import SMALL_NASREC, small_space
+
+
+def perturbed(supernet: Supernet, seed: int) -> Supernet:
+    """Move every weight off its initial value, so that no slice is accidentally equal to another."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in supernet.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return supernet
+
+
+@pytest.mark.parametrize("preset", ["nasrec", "engineer"])
+def test_fixed_path_equals_extracted_standalone_model(preset: str, spec: FeatureSpec) -> None:
+    space = small_space(preset)
+    supernet = perturbed(Supernet(space, spec), 0)
+    batch = tiny_batch(spec, 8, seed=3)
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        path = space.sample(rng)
+        model = supernet.extract(path)
+        assert type(model) is type(build_model(space.decode(path), spec))
+        worst = (supernet(batch, path) - model(batch)).abs().max().item()
+        assert worst <= 1e-5, (space.decode(path).to_json(), worst)
+
+
+@pytest.mark.parametrize("preset", ["nasrec", "engineer"])
+def test_path_flops_are_the_analytic_cost(preset: str, spec: FeatureSpec) -> None:
+    space = small_space(preset)
+    supernet = Supernet(space, spec)
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        path = space.sample(rng)
+        assert supernet.path_flops(path) == cost(space.decode(path), spec).flops
+
+
+def _slot0_mlp(space, rng: np.random.Generator, width: int) -> dict:
+    path = space.sample(rng)
+    path.update({"b0.flat": "mlp", "b0.width": width})
+    return path
+
+
+def test_narrower_width_is_the_first_units_of_the_wider(spec: FeatureSpec) -> None:
+    space = small_space("nasrec")
+    supernet = perturbed(Supernet(space, spec), 1)
+    path = _slot0_mlp(space, np.random.default_rng(0), 24)
+    narrow, wide = supernet.extract({**path, "b0.width": 8}), supernet.extract(path)
+    mlp = [i for i, g in enumerate(narrow.arch.blocks) if g.op == "mlp" and g.inputs == ("dense",)][0]
+    w_narrow, w_wide = narrow.blocks[mlp].layers[0].weight, wide.blocks[mlp].layers[0].weight
+    assert w_narrow.shape == (8, spec.n_dense) and w_wide.shape == (24, spec.n_dense)
+    torch.testing.assert_close(w_narrow, w_wide[:8], rtol=0, atol=0)
+
+
+def test_an_input_keeps_its_columns_whatever_else_is_read(spec: FeatureSpec) -> None:
+    space = small_space("nasrec")
+    supernet = perturbed(Supernet(space, spec), 2)
+    path = {**_slot0_mlp(space, np.random.default_rng(1), 16), "b1.flat": "mlp", "b1.width": 16}
+    alone = supernet.extract({**path, "b1.in0": "raw", "b1.in1": "none"})
+    joined = supernet.extract({**path, "b1.in0": "raw", "b1.in1": "0"})
+
+    def slot1_mlp(model) -> torch.Tensor:
+        steps = supernet.plan(space.encode(model.arch)).steps
+        i = next(i for i, step in enumerate(steps) if step.role.key == "b1.flat/mlp")
+        return model.blocks[i].layers[0].weight
+
+    assert slot1_mlp(joined).shape[1] > spec.n_dense
+    # Dense features come first in both inputs; their weights are the same cut.
+    torch.testing.assert_close(slot1_mlp(alone), slot1_mlp(joined)[:, : spec.n_dense], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("preset", ["nasrec", "engineer"])
+def test_unit_gates_change_nothing_and_carry_gradient(preset: str, spec: FeatureSpec) -> None:
+    space = small_space(preset)
+    supernet = Supernet(space, spec)
+    batch = tiny_batch(spec, 8)
+    path = supernet.widest_path(np.random.default_rng(4))
+    gates = {label: torch.ones((), requires_grad=True) for label in space.choices}
+    logits = supernet(batch, path, gates)
+    torch.testing.assert_close(logits, supernet(batch, path))
+    logits.square().sum().backward()
+    decides = {"nasrec": ["b0.flat", "b0.width", "b1.in0"], "engineer": ["depth", "L0.op", "top.layers"]}[preset]
+    for label in decides:
+        assert gates[label].grad is not None and gates[label].grad != 0, label
+
+
+def test_extract_accepts_an_architecture_and_rejects_foreign_ones(spec: FeatureSpec) -> None:
+    space = small_space("nasrec")
+    supernet = Supernet(space, spec)
+    path = space.sample(np.random.default_rng(5))
+    arch = space.decode(path)
+    batch = tiny_batch(spec, 4)
+    torch.testing.assert_close(supernet.extract(arch)(batch), supernet(batch, path), rtol=0, atol=1e-6)
+    foreign = get_space("engineer", embedding_dim=4).decode(get_space("engineer", embedding_dim=4).sample(
+        np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="not in space"):
+        supernet.extract(foreign)
+
+
+def test_widest_path_takes_the_largest_options(spec: FeatureSpec) -> None:
+    space = get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 3})
+    path = Supernet(space, spec).widest_path(np.random.default_rng(0))
+    assert all(path[f"b{k}.width"] == 24 and path[f"b{k}.tokens"] == 6 and path[f"b{k}.fm"] for k in range(3))
+
+
+def test_rocs_paths_are_refused(spec: FeatureSpec) -> None:
+    space = get_space("nasrec", **SMALL_NASREC, rocs=True)
+    with pytest.raises(ValueError, match="ROCS"):
+        Supernet(space, spec).plan(space.sample(np.random.default_rng(0)))
