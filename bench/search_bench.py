@@ -1,0 +1,114 @@
+"""Search overhead: a trial through the runner (Lightning + MLflow) against a bare training loop.
+
+    .venv/bin/python bench/search_bench.py                   # DLRM baseline, 300 steps, 3 reps
+    .venv/bin/python bench/search_bench.py --steps 100 --trials 4 --threads 1
+
+Prints, in one run on the default synthetic data:
+
+1. per-trial overhead: the same candidate (``--arch``, a baseline) trained for the same steps and
+   scored on the same validation/test batches, (a) as the search runner does it — ``run_trial``
+   through the Lightning task, plus logging the child run to MLflow — and (b) in a bare PyTorch
+   loop with the same optimizers; interleaved repetitions, median wall times and their ratio;
+2. trials per minute of a real ``evolution`` search on the ``nasrec`` space (``--trials`` trials,
+   no baselines), end to end through ``SearchRunner``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+
+import torch
+from torch import nn
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from rankitect.config import load_config
+from rankitect.data import open_data
+from rankitect.search.base import TrialResult
+from rankitect.search.runner import SearchRunner
+from rankitect.search.trial import run_trial
+from rankitect.space import build_model, cost
+from rankitect.space.baselines import get_baseline
+from rankitect.track import Tracker
+from rankitect.train.loop import BatchStream, score
+from rankitect.train.task import split_parameters
+
+
+def bare_trial(arch, data, cfg) -> dict[str, float]:
+    """Train with a plain loop (same optimizers, same batches), then score like the runner."""
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed)
+        model = build_model(arch, data.spec)
+    sparse, dense = split_parameters(model)
+    opts = [RowWiseAdagrad(sparse, lr=cfg.lr_sparse), torch.optim.Adam(dense, lr=cfg.lr_dense)]
+    loss_fn = nn.BCEWithLogitsLoss()
+    stream = iter(BatchStream(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True))
+    for _ in range(cfg.steps):
+        batch = next(stream)
+        loss = loss_fn(model(batch), batch.labels)
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        loss.backward()
+        for o in opts:
+            o.step()
+    return score(model, data, cfg)
+
+
+def runner_trial(arch, data, cfg, tracker: Tracker, parent: str) -> TrialResult:
+    out = run_trial(arch, data, cfg)
+    tracker.log_trial(parent, arch, out.result)
+    return out.result
+
+
+def overhead(args: argparse.Namespace, data, tmp: str) -> None:
+    cfg = replace(load_config(overrides=[f"train.steps={args.steps}"]).train, progress=False)
+    arch = get_baseline(args.arch, data.spec)
+    tracker = Tracker(f"sqlite:///{tmp}/mlflow.db", "bench")
+    parent = tracker.start_search({"bench": True}, "bench", "bench")
+    times: dict[str, list[float]] = {"runner": [], "bare": []}
+    for _ in range(args.reps):
+        for name in ("runner", "bare"):  # interleaved: the machine's noise hits both alike
+            start = time.perf_counter()
+            runner_trial(arch, data, cfg, tracker, parent) if name == "runner" else bare_trial(arch, data, cfg)
+            times[name].append(time.perf_counter() - start)
+    r, b = statistics.median(times["runner"]), statistics.median(times["bare"])
+    print(f"\nper-trial overhead: {args.arch}, {args.steps} steps x {cfg.batch_size} rows, "
+          f"{cost(arch, data.spec).mflops:.2f} MFLOPs/example, median of {args.reps}")
+    print(f"  {'runner (Lightning + MLflow)':32s} {r:8.2f} s")
+    print(f"  {'bare PyTorch loop':32s} {b:8.2f} s")
+    print(f"  {'ratio runner / bare':32s} {r / b:8.3f}   (overhead {r - b:+.2f} s per trial)")
+
+
+def throughput(args: argparse.Namespace, tmp: str) -> None:
+    cfg = load_config(overrides=[
+        "search.strategy=evolution", "search.space=nasrec", f"search.trials={args.trials}",
+        "search.baselines=[]", f"train.steps={args.steps}", f"track.uri=sqlite:///{tmp}/search.db",
+        f"search.output_dir={tmp}/searches"])
+    start = time.perf_counter()
+    SearchRunner(cfg, echo=lambda line: print("  " + line)).run()
+    minutes = (time.perf_counter() - start) / 60
+    print(f"\nsearch throughput: {args.trials} nasrec trials of {args.steps} steps in {minutes:.2f} min "
+          f"= {args.trials / minutes:.2f} trials/minute")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="dlrm", help="baseline timed for the overhead")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--trials", type=int, default=4)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = open_data("synthetic", rows=load_config().data.rows, progress=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        overhead(args, data, tmp)
+        throughput(args, tmp)
+
+
+if __name__ == "__main__":
+    main()
