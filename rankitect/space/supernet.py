@@ -38,100 +38,19 @@ from torch import nn
 from torch.func import functional_call
 
 from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
-from rankitect.blocks.common import MaskedLinear
 from rankitect.blocks.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import Head, InputAdapter, RankingModel, build_model
 from rankitect.space.space import SearchSpace
-from rankitect.space.supernet_layout import HeadSite, Layout, Role, Segments, Site
+from rankitect.space.supernet_layout import Layout, Role
 from rankitect.space.supernet_presets import layout_for
-from rankitect.space.supernet_slicing import InPos, Params, flat_positions, linear, slice_block, widest_params
+from rankitect.space.supernet_shared import SharedBlock, SupernetHead, Value, offset_of, units_of
+from rankitect.space.supernet_slicing import InPos, Params, flat_positions, linear, slice_block
 
 Shape = tuple[int, ...]
 Path = Mapping[str, Any]
-
-
-def _units(shape: Shape) -> int:
-    return shape[0] * shape[1] if len(shape) == 2 else shape[0]
-
-
-def _offsets(segments: Segments, shapes: Mapping[str, Shape], size: Callable[[Shape], int],
-             where: str) -> tuple[dict[str, int], int]:
-    """Start of each port in a widest input made of ``segments``, and its total size."""
-    offsets, start = {}, 0
-    for segment in segments:
-        missing = [p for p in segment if p not in shapes]
-        if missing:
-            raise ValueError(f"supernet site {where!r}: port {missing[0]!r} is read before any site writes it")
-        for port in segment:
-            offsets[port] = start
-        start += max(size(shapes[p]) for p in segment)
-    return offsets, start
-
-
-def _fields(shape: Shape) -> int:
-    if len(shape) != 2:
-        raise ValueError(f"a field segment holds a flat port of shape {shape}")
-    return shape[0]
-
-
-def _at(offsets: dict[str, int], port: str, where: str) -> int:
-    if port not in offsets:
-        raise ValueError(f"supernet site {where!r} has no input column for port {port!r}")
-    return offsets[port]
-
-
-@dataclass
-class Value:
-    """A tensor flowing through a path: its port and the positions of its units/fields in that port."""
-
-    port: str
-    pos: torch.Tensor
-    is_field: bool
-
-
-class SharedBlock(nn.Module):
-    """One site at its widest: the projection of a field op's flat inputs to tokens, and the block."""
-
-    def __init__(self, site: Site, shapes: Mapping[str, Shape], dim: int) -> None:
-        super().__init__()
-        self.site, self.dim = site, dim
-        cls = get_block_class(site.op)
-        self.field_off, fields = _offsets(site.fields, shapes, _fields, site.key)
-        self.flat_off, units = _offsets(site.flats, shapes, _units, site.key)
-        self.left_off, left_units = _offsets(site.left, shapes, _units, site.key)
-        self.fields = fields
-        self.proj: MaskedLinear | None = None
-        if cls.in_kind == FIELD:
-            if units:
-                self.proj = MaskedLinear(units, site.tokens * dim)
-                fields += site.tokens
-            in_shape: Shape = (fields, dim)
-        elif cls.num_inputs == 2:
-            in_shape = (left_units, units)
-        else:
-            in_shape = (units,)
-        in_shape, params = widest_params(site.op, in_shape, dict(site.params))
-        self.block = build_block(site.op, in_shape, params)
-
-    def positions(self, inputs: list[Value], tokens: int) -> tuple[InPos, torch.Tensor | None]:
-        """Where a gene's inputs sit in the widest input: block positions, projection columns."""
-        key = self.site.key
-        units = [v.pos if not v.is_field else flat_positions(v.pos, self.dim) for v in inputs]
-        cls = get_block_class(self.site.op)
-        if cls.in_kind == FIELD:
-            field_pos = [_at(self.field_off, v.port, key) + v.pos for v in inputs if v.is_field]
-            flat_cols = [_at(self.flat_off, v.port, key) + u for v, u in zip(inputs, units) if not v.is_field]
-            if not flat_cols:
-                return torch.cat(field_pos), None
-            return torch.cat([*field_pos, self.fields + torch.arange(tokens)]), torch.cat(flat_cols)
-        cols = [_at(self.flat_off, v.port, key) + u for v, u in zip(inputs, units)]
-        if cls.num_inputs == 2:
-            left = _at(self.left_off, inputs[0].port, key) + units[0]
-            return (left, torch.cat(cols[1:]) if len(cols) > 1 else cols[0]), None
-        return torch.cat(cols), None
 
 
 class MixedOp(nn.Module):
@@ -146,29 +65,6 @@ class MixedOp(nn.Module):
         adapter_params, block_params = step.params(self.options[step.option])
         xs = functional_call(step.adapter, adapter_params, (xs,))
         return scale(functional_call(step.block, block_params, tuple(xs)), step.role.gates, gates)
-
-
-class SupernetHead(nn.Module):
-    """The head at its widest: hidden layers of the widest widths, one output layer per depth."""
-
-    def __init__(self, site: HeadSite, shapes: Mapping[str, Shape]) -> None:
-        super().__init__()
-        self.offsets, units = _offsets(site.flats, shapes, _units, "head")
-        sizes = [units, *site.widths]
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        self.outputs = nn.ModuleDict({str(d): nn.Linear(sizes[d], 1) for d in site.depths})
-
-    def params(self, in_pos: torch.Tensor, widths: tuple[int, ...]) -> Params:
-        """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""
-        if str(len(widths)) not in self.outputs:
-            raise ValueError(f"supernet head has no output layer for {len(widths)} hidden layers")
-        out: Params = {}
-        cols: torch.Tensor | int = in_pos
-        for i, width in enumerate(widths):
-            out.update(linear(f"mlp.{2 * i}.", self.hidden[i], width, cols))
-            cols = width
-        out.update(linear(f"mlp.{2 * len(widths)}.", self.outputs[str(len(widths))], None, cols))
-        return out
 
 
 @dataclass
@@ -271,8 +167,8 @@ class Supernet(nn.Module):
             values["dense"] = Value("dense", torch.arange(self.spec.n_dense), False)
         steps = [self._plan_gene(arch, i, role, values) for i, role in enumerate(roles)]
         head_inputs = [values[r] for r in arch.head.inputs]
-        pos = [_at(self.head.offsets, v.port, "head") + (flat_positions(v.pos, self.dim) if v.is_field else v.pos)
-               for v in head_inputs]
+        pos = [offset_of(self.head.offsets, v.port, "head")
+               + (flat_positions(v.pos, self.dim) if v.is_field else v.pos) for v in head_inputs]
         head_pos = torch.cat(pos)
         head = self._template(("head", len(head_pos), arch.head.widths), lambda: Head(len(head_pos), arch.head.widths))
         plan = PathPlan(arch, steps, head, head_pos, head_gates)
@@ -286,14 +182,8 @@ class Supernet(nn.Module):
         gene = arch.blocks[i]
         cls = get_block_class(gene.op)
         inputs = [values[r] for r in gene.inputs]
-        shapes = [(len(v.pos), self.dim) if v.is_field else (len(v.pos),) for v in inputs]
-        adapter = self._template(
-            ("adapter", tuple(shapes), cls.in_kind, cls.num_inputs, gene.tokens),
-            lambda: InputAdapter(shapes, [0] * len(shapes), in_kind=cls.in_kind, num_inputs=cls.num_inputs,
-                                 tokens=gene.tokens, dim=self.dim, masked=False),
-        )
-        block = self._template(("block", gene.op, adapter.out_shape, gene.params),
-                               lambda: build_block(gene.op, adapter.out_shape, dict(gene.params)))
+        adapter, block = self._gene_templates(gene, [(len(v.pos), self.dim) if v.is_field else (len(v.pos),)
+                                                     for v in inputs])
         site, option = _site_name(role.key)
         shared = self.ops[site].options[option]
         in_pos, proj_cols = shared.positions(inputs, gene.tokens)
@@ -306,6 +196,18 @@ class Supernet(nn.Module):
             raise ValueError(f"supernet: blocks[{i}] writes past the width of port {role.port!r}")
         values[i] = Value(role.port, out_pos, cls.out_kind == FIELD)
         return step
+
+    def _gene_templates(self, gene: Any, shapes: list[Shape]) -> tuple[InputAdapter, Block]:
+        """The adapter and block templates of ``gene`` for inputs of ``shapes``."""
+        cls = get_block_class(gene.op)
+        adapter = self._template(
+            ("adapter", tuple(shapes), cls.in_kind, cls.num_inputs, gene.tokens),
+            lambda: InputAdapter(shapes, [0] * len(shapes), in_kind=cls.in_kind, num_inputs=cls.num_inputs,
+                                 tokens=gene.tokens, dim=self.dim, masked=False),
+        )
+        block = self._template(("block", gene.op, adapter.out_shape, gene.params),
+                               lambda: build_block(gene.op, adapter.out_shape, dict(gene.params)))
+        return adapter, block
 
     @staticmethod
     def _check(template: nn.Module, params: Params, what: str) -> None:
@@ -359,9 +261,20 @@ class Supernet(nn.Module):
     # --- what a path costs and what it is ---------------------------------------------------------
 
     def path_flops(self, path: Path) -> int:
-        """Forward FLOPs per example of ``decode(path)`` from the blocks' analytic ``flops()``."""
-        plan = self.plan(path)
-        return sum(s.adapter.flops() + s.block.flops() for s in plan.steps) + plan.head.flops()
+        """Forward FLOPs per example of ``decode(path)`` from the blocks' analytic ``flops()``.
+
+        Only sizes are needed (no weights are cut), so costing many paths stays cheap.
+        """
+        arch = self.space.decode(path)
+        shapes: dict[InputRef, Shape] = {"sparse": (self.spec.n_sparse, self.dim), "dense": (self.spec.n_dense,)}
+        total = 0
+        for i, gene in enumerate(arch.blocks):
+            adapter, block = self._gene_templates(gene, [shapes[r] for r in gene.inputs])
+            total += adapter.flops() + block.flops()
+            shapes[i] = tuple(block.out_shape)
+        units = sum(units_of(shapes[r]) for r in arch.head.inputs)
+        head = self._template(("head", units, arch.head.widths), lambda: Head(units, arch.head.widths))
+        return total + head.flops()
 
     def as_path(self, arch_or_path: Architecture | Path) -> dict[str, Any]:
         """A path from an architecture of the space (``space.encode``) or a path as is."""
