@@ -59,10 +59,16 @@ def cmd_data_inspect(args: argparse.Namespace, cfg: Config) -> int:
 def _print_description(desc: dict[str, Any]) -> None:
     import pandas as pd
 
-    print(f"data set: {desc.get('name', '?')}  (source: {desc.get('source', '?')})")
+    print(f"data set: {desc.get('name', '?')}  (source: {desc.get('source', '?')}, {desc.get('path', '')})")
     splits = pd.DataFrame(desc["splits"]).T
-    print(splits.to_string())
+    for col in ("rows", "requests"):
+        if col in splits:
+            splits[col] = splits[col].astype("Int64")
+    print(splits.to_string(float_format=lambda v: f"{v:.4f}"))
     feats = pd.DataFrame(desc["features"])
+    feats["vocab_size"] = feats["vocab_size"].map(lambda v: "-" if pd.isna(v) else str(int(v)))
+    print(f"\n{desc.get('n_dense', '?')} dense and {desc.get('n_sparse', '?')} sparse features "
+          f"(label: {desc.get('label', '?')})")
     print(feats.to_string(index=False))
 
 
@@ -76,12 +82,27 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     if args.resume:
         runner = SearchRunner.resume(args.resume, cfg, _flag_overrides(args, args.flags) + list(args.overrides))
     else:
-        runner = SearchRunner(cfg)
+        runner = _runner_class(cfg.search.strategy)(cfg)
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
-          f"space {runner.cfg.search.space}, {runner.cfg.search.trials} trials, data {runner.data.path}")
+          f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}")
     outcome = runner.run()
     _print_outcome(outcome, runner)
     return 0
+
+
+def _runner_class(strategy: str) -> Any:
+    """Weight-sharing strategies (``oneshot``, ``dnas``) run a loop of their own, not ask/tell."""
+    if strategy == "oneshot":
+        from rankitect.search.oneshot import OneShotSearch
+
+        return OneShotSearch
+    if strategy == "dnas":
+        from rankitect.search.dnas import DnasSearch
+
+        return DnasSearch
+    from rankitect.search.runner import SearchRunner
+
+    return SearchRunner
 
 
 def _print_outcome(outcome: Any, runner: Any) -> None:
@@ -91,6 +112,11 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
     bayes = runner.data.split("test").bayes_ne
     if bayes is not None:
         print(f"\nBayes-optimal test NE (the floor): {bayes:.4f}")
+    winner = outcome.table[outcome.table["winner"]]
+    if outcome.best is not None and len(winner):
+        row = winner.iloc[0]
+        print(f"found {outcome.best.hash}: test NE {row['test_ne']:.4f}, test AUC {row['test_auc']:.4f}, "
+              f"{row['mflops']:.3f} MFLOPs per example")
     if outcome.best is not None:
         print(f"best architecture {outcome.best.hash}:")
         print(outcome.best.to_json(indent=2))
@@ -269,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     search = sub.add_parser("search", help="search architectures (NE vs FLOPs), tracked in MLflow")
-    search.add_argument("--strategy", help="random | evolution | tpe | nsga2")
+    search.add_argument("--strategy", help="random | evolution | tpe | nsga2 | oneshot | dnas")
     search.add_argument("--space", help="nasrec | engineer")
     search.add_argument("--trials", type=int, help="candidates to train")
     search.add_argument("--steps", type=int, help="training steps per candidate")

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,39 @@ def test_wrong_type_exits_2_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "data.rows" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_data_synth_then_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "synth"
+    assert main(["data", "synth", "--rows", "2000", "--seed", "3", "-o", str(out)]) == 0
+    assert (out / "meta.json").is_file()
+    capsys.readouterr()
+    assert main(["data", "inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    meta = json.loads((out / "meta.json").read_text())
+    rows = sum(s["rows"] for s in meta["splits"].values())
+    assert rows == 2000
+    for split in ("train", "val", "test"):
+        assert split in text
+    assert f"{meta['splits']['test']['bayes_ne']:.4f}"[:5] in text  # the Bayes NE is shown
+    assert "request" in text and "candidate" in text  # feature sides
+
+
+@pytest.mark.parametrize("make_bad", ["missing", "ragged", "letters", "empty"])
+def test_bad_data_is_one_line_naming_file_and_line(tmp_path: Path, make_bad: str) -> None:
+    path = tmp_path / "bad.tsv"
+    good = "\t".join(["1"] + ["5"] * 13 + ["68fd1e64"] * 26)
+    if make_bad == "ragged":
+        path.write_text(good + "\n" + "\t".join(["0", "1", "2"]) + "\n")
+    elif make_bad == "letters":
+        path.write_text(good + "\n" + good.replace("\t5\t", "\tfive\t", 1) + "\n")
+    elif make_bad == "empty":
+        path.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankitect", "data", "inspect", str(path), f"data.cache_dir={tmp_path / 'cache'}"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and str(path) in proc.stderr
+    if make_bad in ("ragged", "letters"):
+        assert f"{path}:2" in proc.stderr
