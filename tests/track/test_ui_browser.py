@@ -1,0 +1,223 @@
+"""`rankitect ui` seen in a real browser: headless Chromium renders the MLflow UI of a finished search.
+
+MLflow's UI (3.17) is a React app: the HTML the server sends holds no run at all, so each page is
+rendered by Chromium (``--dump-dom`` after a ``--virtual-time-budget``, which waits for the page's
+API calls) and the checks read the rendered DOM:
+
+- the experiment's runs table, filtered to the search's children through the URL
+  (``#/experiments/<id>/runs?searchFilter=...&orderByKey=...``), names every candidate and baseline.
+  Its metric columns are hidden by default and which columns show is browser state (localStorage),
+  not part of the URL, so metric values are not read from this table;
+- the search run's page (``#/experiments/<id>/runs/<run_id>``) names it and lists its child runs;
+- each child run's page has a Metric / Value table (ARIA ``role="row"`` / ``role="cell"``) holding
+  ``test/ne`` and ``mflops`` at full precision: they must equal what MLflow's client returns.
+
+(The compare page, ``#/compare-runs``, shows every child's metrics side by side, but in a virtualized
+grid that renders only the rows in view, so it is not used for checks.) A screenshot of every page
+goes to ``artifacts/ui-browser/`` at the repository root, with the server's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import pytest
+
+from rankitect.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts" / "ui-browser"
+SEARCH = [
+    "search", "--strategy", "random", "--trials", "2", "--steps", "4", "data.rows=3000", "train.batch_size=64",
+    "train.val_batches=2", "train.test_batches=2", "search.baselines=[dlrm]", "runtime.threads=1",
+]
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+    "--window-size=1600,1300",  # tall enough that a run page's metrics table is in the screenshot
+]
+SERVER_START_S = 240  # the UI server imports MLflow's whole app: slow on a loaded 2-core machine
+BUDGETS_MS = (15_000, 30_000, 60_000)  # virtual time per render; a retry waits longer
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if path is None:
+        pytest.fail("chromium is not installed: this test renders `rankitect ui` in headless Chromium. "
+                    "`make install` installs Debian's package (apt-get install chromium); run it as root.")
+    return path
+
+
+class _Page(HTMLParser):
+    """The visible text of a rendered page and its ARIA table rows (``[[cell text, ...], ...]``)."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str | None]] = []
+        self.rows: list[list[str]] = []
+        self.words: list[str] = []
+        self.feed(html)
+        self.text = " ".join(self.words)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.VOID:
+            return
+        role = dict(attrs).get("role")
+        self.stack.append((tag, role))
+        if role == "row":
+            self.rows.append([])
+        elif role == "cell" and self.rows:
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass  # close elements the DOM serializer left implicit
+
+    def handle_data(self, data: str) -> None:
+        if any(t in ("script", "style") for t, _ in self.stack) or not data.strip():
+            return
+        self.words.append(data.strip())
+        if self.rows and self.rows[-1] and any(r == "cell" for _, r in self.stack):
+            self.rows[-1][-1] += data.strip()
+
+    def table(self) -> dict[str, str]:
+        """Two-cell rows as ``{first cell: second cell}`` (a run page's metrics, params)."""
+        return {r[0]: r[1] for r in self.rows if len(r) == 2}
+
+
+def _render(chromium: str, url: str, shot: Path, ready: Callable[[_Page], bool]) -> _Page:
+    """Render ``url``, save a screenshot, return the page once ``ready`` holds (a few tries)."""
+    page = _Page("")
+    for budget in BUDGETS_MS:
+        profile = shot.with_suffix(".profile")  # a fresh profile per render: no state carried over
+        shutil.rmtree(profile, ignore_errors=True)
+        argv = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget}",
+                f"--screenshot={shot}", "--dump-dom", url]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+        shutil.rmtree(profile, ignore_errors=True)
+        page = _Page(done.stdout)
+        if ready(page):
+            return page
+    return page
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_server(proc: subprocess.Popen, base: str, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"`rankitect ui` exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    pytest.fail(f"`rankitect ui` did not answer within {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the server's whole process group (`rankitect ui` -> mlflow -> uvicorn workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # what outlived SIGTERM (workers mid-shutdown)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture()
+def search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
+    """A tiny finished search in a fresh SQLite store; its runs as MLflow's client sees them."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    assert main(SEARCH) == 0
+    parent_id = capsys.readouterr().out.split("MLflow search run: ")[1].split()[0]
+    client = MlflowClient(uri)
+    parent = client.get_run(parent_id)
+    children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    assert sorted(c.data.tags["rankitect.kind"] for c in children) == ["baseline", "candidate", "candidate"]
+    return {"uri": uri, "parent": parent, "children": list(children)}
+
+
+@pytest.fixture()
+def server(search: dict, tmp_path: Path) -> Iterator[str]:
+    """`rankitect ui` on a free local port, stopped by its process group whatever happens."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    # one worker and no job consumers: the store is tiny, and the machine has 2 cores
+    env = {**os.environ, "MLFLOW_TRACKING_URI": search["uri"], "MLFLOW_WORKERS": "1",
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONUNBUFFERED": "1"}
+    log = ARTIFACTS / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rankitect", "ui", "--port", str(port)], env=env,
+                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for_server(proc, base, log)
+        yield base
+    finally:
+        _stop(proc)
+
+
+def _is_png(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 10_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_search_runs_and_metrics_render_in_chromium(search: dict, server: str) -> None:
+    chromium = _chromium()
+    parent, children = search["parent"], search["children"]
+    exp, pid = parent.info.experiment_id, parent.info.run_id
+    names = [c.info.run_name for c in children]
+
+    query = urlencode({"searchFilter": f"tags.`mlflow.parentRunId` = '{pid}'",
+                       "orderByKey": "metrics.`test/ne`", "orderByAsc": "true"}, quote_via=quote)
+    table = _render(chromium, f"{server}/#/experiments/{exp}/runs?{query}", ARTIFACTS / "runs_table.png",
+                    lambda p: all(n in p.text for n in names))
+    missing = [n for n in names if n not in table.text]
+    assert not missing, f"runs table lacks {missing}; it shows: {table.text[:1500]}"
+
+    page = _render(chromium, f"{server}/#/experiments/{exp}/runs/{pid}", ARTIFACTS / "search_run.png",
+                   lambda p: "Child runs" in p.text and all(n in p.text for n in names))
+    assert parent.info.run_name in page.text and "Child runs" in page.text, page.text[:1500]
+    assert all(n in page.text for n in names), f"child runs {names} not listed: {page.text[:1500]}"
+    assert page.table().get("search.strategy") == "random"  # the params table of the search run
+
+    for child in children:
+        shot = ARTIFACTS / f"run_{child.info.run_name}.png"
+        page = _render(chromium, f"{server}/#/experiments/{exp}/runs/{child.info.run_id}", shot,
+                       lambda p: {"test/ne", "mflops"} <= p.table().keys())
+        shown = page.table()
+        assert child.info.run_name in page.text and parent.info.run_name in page.text, page.text[:1500]
+        for metric in ("test/ne", "mflops"):
+            assert metric in shown, f"{child.info.run_name}: no {metric} in {json.dumps(shown)[:1500]}"
+            assert float(shown[metric]) == pytest.approx(child.data.metrics[metric], rel=1e-12)
+        assert _is_png(shot), shot
