@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e ".[dev]"
 	$(BIN)/python -m pip install --no-deps $$($(BIN)/python -c \
 	  "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['rankitect']['no-deps']))")
+# tests/track/test_ui_browser.py renders `rankitect ui` in headless Chromium: Debian's package,
+# installed once (as root, as here and in CI) instead of any browser download. Where apt-get
+# cannot run, the install goes on and that test fails saying what is missing.
+	command -v chromium >/dev/null || { apt-get update && apt-get install -y --no-install-recommends chromium; } \
+	  || echo "warning: chromium not installed; tests/track/test_ui_browser.py needs it"
 	touch $(STAMP)
 
 clean:
