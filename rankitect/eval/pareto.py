@@ -4,9 +4,6 @@ A point is on the front when no other point is at least as good on both axes and
 (both minimized). Equal points do not dominate each other, so duplicates are on the front together.
 
 >>> import pandas as pd
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 >>> df = pd.DataFrame({"mflops": [1.0, 2.0, 2.0, 3.0, 1.0], "test_ne": [0.9, 0.8, 0.85, 0.8, 0.9]})
 >>> pareto_front(df).tolist()
 [True, True, False, False, True]
@@ -21,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 COLUMNS = [
     "name", "hash", "kind", "status", "val_ne", "test_ne", "test_auc", "test_logloss", "mflops", "params",
