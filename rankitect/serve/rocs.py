@@ -1,0 +1,221 @@
+"""ROCS serving: score candidates with the request-side work done once per request.
+
+In a ROCS-masked model (``arch.rocs``, Meta arXiv 2607.27744) every tensor has a request-side
+prefix that depends on request-side features only. :func:`score_requests` therefore computes each
+block's request part once per request (on one row per request), its candidate part per candidate,
+and broadcasts request-side contributions by gathering them by request index; every masked linear
+map costs per candidate only its candidate x candidate block (``W_cc x_c[b] + (W_cu x_u)[req(b)]``),
+attention computes a request's keys and values once (candidate queries read them), Wukong's
+``X (Xᵀ Y)`` and DLRM's Gram matrix keep only their candidate rows per candidate. The head's first
+layer takes the same in-kernel broadcast. The scores equal ``model(batch)`` up to float rounding.
+
+:func:`rocs_cost` counts what that costs with ``torch.utils.flop_counter`` on a meta-device build:
+FLOPs once per request plus FLOPs per candidate (the project's convention: matrix products only,
+a multiply-add is 2, lookups free).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from rankitect.blocks.base import FIELD
+from rankitect.data.batch import Batch
+from rankitect.data.spec import FeatureSpec
+from rankitect.serve.blocks import run_block
+from rankitect.serve.split import Split, cat, linear, plain_linear
+from rankitect.space.architecture import Architecture, InputRef
+from rankitect.space.builder import InputAdapter, RankingModel, build_model
+
+
+def request_rows(request_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index, first)``: each row's request number ``(B,)`` and each request's first row ``(Q,)``.
+
+    Requests are runs of equal ids (rows of one request are contiguous in a batch).
+
+    >>> index, first = request_rows(torch.tensor([7, 7, 3, 3, 3, 9]))
+    >>> index.tolist(), first.tolist()
+    ([0, 0, 1, 1, 1, 2], [0, 2, 5])
+    """
+    _, index, counts = torch.unique_consecutive(request_ids, return_inverse=True, return_counts=True)
+    return index, torch.cumsum(counts, 0) - counts
+
+
+def _check_constant(values: torch.Tensor, index: torch.Tensor, first: torch.Tensor, names: list[str]) -> None:
+    """Raise if a request-side column ``(B, k)`` differs between candidates of one request."""
+    diff = values != values.index_select(0, first).index_select(0, index)
+    if bool(diff.any()):
+        row, col = (int(v) for v in diff.nonzero()[0])
+        raise ValueError(
+            f"request-side feature {names[col]!r} differs within a request (row {row} vs row "
+            f"{int(first[index[row]])}); ROCS scoring needs request features constant per request"
+        )
+
+
+def request_sources(model: RankingModel, batch: Batch, index: torch.Tensor, first: torch.Tensor,
+                    *, check: bool = True) -> dict[InputRef, Split]:
+    """The model's raw inputs as splits: request-side embeddings and dense features once per request."""
+    spec, out = model.spec, {}
+    if model.embedding is not None:
+        ids = batch.sparse_ids()  # (B, n_sparse), key order
+        column = {name: j for j, name in enumerate(batch.sparse.keys())}
+        names = model.embedding.feature_names  # field order: request side first
+        r = spec.n_request_sparse
+        req_cols = torch.tensor([column[n] for n in names[:r]], dtype=torch.long)
+        if check:
+            _check_constant(ids.index_select(1, req_cols), index, first, names[:r])
+        out["sparse"] = Split(
+            _lookup(model, names[:r], ids.index_select(0, first), column, len(first)),
+            _lookup(model, names[r:], ids, column, len(ids)), index, first,
+        )
+    if model.arch.uses("dense"):
+        dense = batch.dense.index_select(1, model.dense_order)  # (B, n_dense), request side first
+        r = spec.n_request_dense
+        if check:
+            _check_constant(dense[:, :r], index, first, [f.name for f in spec.dense if f.side == "request"])
+        out["dense"] = Split(dense.index_select(0, first)[:, :r], dense[:, r:], index, first)
+    return out
+
+
+def _lookup(model: RankingModel, names: list[str], ids: torch.Tensor, column: dict[str, int], rows: int) -> torch.Tensor:
+    """Embeddings of ``names`` for ``ids`` rows: ``(rows, len(names), D)`` (one id per row: bag = row)."""
+    emb = model.embedding
+    if not names:
+        return emb.table(emb.feature_names[0]).new_zeros(rows, 0, emb.dim)
+    return torch.stack([F.embedding(ids[:, column[n]], emb.table(n)) for n in names], dim=1)
+
+
+def adapt(adapter: InputAdapter, xs: list[Split]) -> list[Split]:
+    """The builder's :class:`InputAdapter` (masked) on splits."""
+    if adapter.in_kind == FIELD:
+        fields = [x for x, is_field in zip(xs, adapter.is_field) if is_field]
+        if adapter.proj is not None:
+            flat = cat([x for x, is_field in zip(xs, adapter.is_field) if not is_field])
+            fields.append(linear(adapter.proj, flat).fields(adapter.dim))  # (., T*D) -> (., T, D)
+        return [cat(fields)]
+    flats = [x.flat() for x in xs]
+    if adapter.num_inputs == 2:
+        return [flats[0], cat(flats[1:]) if len(flats) > 1 else flats[0]]
+    return [cat(flats)]
+
+
+def _head(model: RankingModel, feats: list[Split]) -> torch.Tensor:
+    """The head on flat splits; its first linear reads request units once per request."""
+    layers = list(model.head.mlp)
+    req_cols: list[int] = []
+    cand_cols: list[int] = []
+    offset = 0
+    for f in feats:  # the head concatenates its inputs plainly: [in0 (req, cand), in1 (req, cand), ..]
+        R, C = f.req.shape[1], f.cand.shape[1]
+        req_cols += range(offset, offset + R)
+        cand_cols += range(offset + R, offset + R + C)
+        offset += R + C
+    first = layers[0]
+    order = torch.tensor(req_cols + cand_cols, dtype=torch.long, device=first.weight.device)
+    x = feats[0].like(torch.cat([f.req for f in feats], dim=1), torch.cat([f.cand for f in feats], dim=1))
+    h = plain_linear(first.weight.index_select(1, order), first.bias, x)  # (B, O)
+    for layer in layers[1:]:
+        h = layer(h)
+    return h.squeeze(-1)  # (B, 1) -> (B,)
+
+
+def split_logits(model: RankingModel, sources: dict[InputRef, Split]) -> torch.Tensor:
+    """Logits ``(B,)`` of ``model`` from split raw inputs (see :func:`request_sources`)."""
+    outs: list[Split] = []
+
+    def source(ref: InputRef) -> Split:
+        return sources[ref] if isinstance(ref, str) else outs[int(ref)]
+
+    for gene, adapter, block in zip(model.arch.blocks, model.adapters, model.blocks):
+        outs.append(run_block(block, *adapt(adapter, [source(r) for r in gene.inputs])))
+    return _head(model, [source(r).flat() for r in model.arch.head.inputs])
+
+
+@torch.no_grad()
+def score_requests(model: RankingModel, batch: Batch, *, check: bool = True) -> torch.Tensor:
+    """Logits ``(B,)`` of a ROCS model, the request-side part computed once per request.
+
+    Equal to ``model(batch)`` up to float rounding. Rows of one request must be contiguous and,
+    with ``check``, share their request-side features (else ``ValueError`` names the feature).
+
+    >>> from rankitect.space.testing import tiny_batch, tiny_spec
+    >>> from rankitect.space.architecture import BlockGene, HeadGene
+    >>> arch = Architecture((BlockGene("mlp", ("dense", "sparse"), {"width": 8}),), HeadGene((0,), (4,)), 4, rocs=True)
+    >>> model, batch = build_model(arch, tiny_spec()), tiny_batch(tiny_spec(), 6, per_request=3)
+    >>> torch.allclose(score_requests(model, batch), model(batch), atol=1e-6)
+    True
+    """
+    if not model.arch.rocs:
+        raise ValueError(f"architecture {model.arch.hash} is not ROCS-masked (rocs=False): score it with model(batch)")
+    index, first = request_rows(batch.request_ids)
+    return split_logits(model, request_sources(model, batch, index, first, check=check))
+
+
+@dataclass(frozen=True)
+class RocsCost:
+    """Forward FLOPs of ROCS scoring: ``per_request`` once per request, ``per_candidate`` per row."""
+
+    per_request: int
+    per_candidate: int
+
+    def per_example(self, candidates_per_request: float) -> float:
+        """FLOPs per scored candidate with the request part shared by ``candidates_per_request``."""
+        if candidates_per_request <= 0:
+            raise ValueError(f"candidates_per_request must be > 0, got {candidates_per_request!r}")
+        return self.per_candidate + self.per_request / candidates_per_request
+
+
+def _meta_flops(model: RankingModel, requests: int, rows: int) -> int:
+    spec, D = model.spec, model.arch.embedding_dim
+    index = torch.zeros(rows, dtype=torch.long, device="meta")
+    first = torch.zeros(requests, dtype=torch.long, device="meta")
+    sources: dict[InputRef, Split] = {}
+    if model.embedding is not None:
+        r = spec.n_request_sparse
+        sources["sparse"] = Split(torch.empty(requests, r, D, device="meta"),
+                                  torch.empty(rows, spec.n_sparse - r, D, device="meta"), index, first)
+    if model.arch.uses("dense"):
+        r = spec.n_request_dense
+        sources["dense"] = Split(torch.empty(requests, r, device="meta"),
+                                 torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
+    with FlopCounterMode(display=False) as counter:
+        split_logits(model, sources)
+    return int(counter.get_total_flops())
+
+
+def rocs_cost(arch: Architecture, spec: FeatureSpec) -> RocsCost:
+    """FLOPs of :func:`score_requests` for ``arch`` on ``spec``, counted on a meta-device build.
+
+    Every product runs either on the request rows or on the candidate rows, so one request with one
+    candidate and one with two give both parts.
+    """
+    if not arch.rocs:
+        raise ValueError(f"architecture {arch.hash} is not ROCS-masked (rocs=False)")
+    model = build_model(arch, spec, device="meta")
+    one, two = _meta_flops(model, 1, 1), _meta_flops(model, 1, 2)
+    return RocsCost(per_request=one - (two - one), per_candidate=two - one)
+
+
+def rocs_flops(arch: Architecture, spec: FeatureSpec, candidates_per_request: float) -> tuple[float, int]:
+    """``(per_example, per_request)``: FLOPs per scored candidate, request share amortized over
+    ``candidates_per_request``, beside the FLOPs run once per request.
+
+    Compare ``per_example`` with :func:`rankitect.space.flops` (every row computing everything).
+    """
+    cost = rocs_cost(arch, spec)
+    return cost.per_example(candidates_per_request), cost.per_request
+
+
+__all__ = [
+    "RocsCost",
+    "adapt",
+    "request_rows",
+    "request_sources",
+    "rocs_cost",
+    "rocs_flops",
+    "score_requests",
+    "split_logits",
+]
