@@ -224,7 +224,8 @@ def _summary(df: pd.DataFrame, ok: pd.DataFrame, failed: pd.DataFrame) -> str:
     n_cand = int((df["kind"] == "candidate").sum())
     n_fail = int((failed["kind"] == "candidate").sum())
     n_base = int((ok["kind"] == "baseline").sum())
-    text = f"{n_cand} candidates ({n_fail} failed), {n_base} baselines, {int(ok['on_front'].sum())} on the front"
+    text = (f"{n_cand} candidate{'s' * (n_cand != 1)} ({n_fail} failed), {n_base} baseline{'s' * (n_base != 1)}, "
+            f"{int(ok['on_front'].sum())} on the front")
     bad_base = failed.loc[failed["kind"] == "baseline", "name"].astype(str).tolist()
     return text + (f"; failed baselines: {', '.join(bad_base)}" if bad_base else "")
 
