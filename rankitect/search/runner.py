@@ -267,7 +267,11 @@ class SearchRunner:
         self._log_weights()
         if best is not None:
             (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
-        self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict())
+        rows = sum(len(self.data.split(s)) for s in ("train", "val", "test"))
+        title = (f"{self.cfg.search.strategy} search, {self.cfg.search.space} space, "
+                 f"{self.data.spec.name} data ({rows:,} rows)")
+        self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
+                                   plot_title=title, floor=self.data.split("test").bayes_ne)
         return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir)
 
 

@@ -224,12 +224,13 @@ class Tracker:
 
     def finish_search(
         self, parent_id: str, pareto_df: pd.DataFrame, best_arch: Any | None, state: dict[str, Any],
-        *, status: str = "FINISHED",
+        *, status: str = "FINISHED", plot_title: str = "", floor: float | None = None,
     ) -> None:
         """Close the parent run with the Pareto table and plot, the winner and the search state.
 
         ``pareto_df`` is a ``rankitect.eval.pareto.pareto_table``; its ``winner`` row gives the
-        ``best/*`` metrics. ``status``: ``FINISHED``, ``FAILED`` or ``KILLED``.
+        ``best/*`` metrics. ``status``: ``FINISHED``, ``FAILED`` or ``KILLED``. ``plot_title`` and
+        ``floor`` (the Bayes-optimal NE, when the data knows it) go to the Pareto plot.
         """
         from rankitect.eval.pareto import plot_pareto
 
@@ -237,7 +238,8 @@ class Tracker:
             pareto_df.to_csv(Path(tmp) / "pareto.csv", index=False)
             self.client.log_artifact(parent_id, str(Path(tmp) / "pareto.csv"))
             if len(pareto_df):
-                self.client.log_artifact(parent_id, str(plot_pareto(pareto_df, Path(tmp) / "pareto.png")))
+                self.client.log_artifact(parent_id, str(plot_pareto(pareto_df, Path(tmp) / "pareto.png", title=plot_title,
+                                                                  floor=floor)))
         self.client.log_dict(parent_id, state, "search_state.json")
         if best_arch is not None:
             self.client.log_text(parent_id, _genotype_text(best_arch), "best_genotype.json")
