@@ -222,6 +222,11 @@ class RankingModel(nn.Module):
 
     def forward(self, batch: Batch) -> torch.Tensor:
         emb = self.embedding(batch.sparse) if self.embedding is not None else None
+        return self.forward_dense(batch, emb)
+
+    def forward_dense(self, batch: Batch, emb: torch.Tensor | None) -> torch.Tensor:
+        """Logits from the looked-up fields ``emb`` ``(B, n_sparse, D)`` and ``batch.dense``: every
+        layer after the embedding lookup (``runtime.compile`` compiles this part alone)."""
         outs: list[torch.Tensor] = []
         for gene, adapter, block in zip(self.arch.blocks, self.adapters, self.blocks):
             xs = adapter([self._source(r, batch, emb, outs) for r in gene.inputs])

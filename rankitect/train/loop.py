@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
-from rankitect.config import TrainConfig
+from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.eval.evaluate import evaluate
 from rankitect.train.task import RankingTask
@@ -60,9 +60,11 @@ def _loader(split: Any, batch_size: int, *, shuffle: bool, seed: int, repeat: bo
     return DataLoader(stream, batch_size=None, collate_fn=_identity, num_workers=0)
 
 
-def make_trainer(cfg: TrainConfig, *, max_steps: int, callbacks: list[pl.Callback] | None = None) -> pl.Trainer:
+def make_trainer(
+    cfg: TrainConfig, *, max_steps: int, callbacks: list[pl.Callback] | None = None, accelerator: str = "cpu",
+) -> pl.Trainer:
     return pl.Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         max_steps=max_steps,
         val_check_interval=max(1, min(cfg.val_every, max_steps)),
@@ -79,19 +81,27 @@ def make_trainer(cfg: TrainConfig, *, max_steps: int, callbacks: list[pl.Callbac
 
 def train_model(
     model: nn.Module, data: Any, cfg: TrainConfig, *, steps: int | None = None,
-    callbacks: list[pl.Callback] | None = None,
+    callbacks: list[pl.Callback] | None = None, runtime: RuntimeConfig | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``data.split("train")``, then score val and test.
 
+    ``runtime`` (None: eager fp32 on the CPU) may compile the training forward or convert safe
+    layers to FP8 (see :mod:`rankitect.train.runtime`); compile time counts in ``train_seconds``.
     Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges.
     """
     steps = cfg.steps if steps is None else steps
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
-    task = RankingTask(model, cfg)
-    trainer = make_trainer(cfg, max_steps=steps, callbacks=callbacks)
+    start = time.perf_counter()
+    trained = model
+    if runtime is not None:
+        from rankitect.train.runtime import prepare_training
+
+        trained = prepare_training(model, data, cfg, runtime)
+    task = RankingTask(trained, cfg)
+    accelerator = "gpu" if runtime is not None and runtime.device.startswith("cuda") else "cpu"
+    trainer = make_trainer(cfg, max_steps=steps, callbacks=callbacks, accelerator=accelerator)
     train_dl = _loader(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True)
     val_dl = _loader(data.split("val"), cfg.batch_size, shuffle=False, seed=0, repeat=False)
-    start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
