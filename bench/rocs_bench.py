@@ -99,6 +99,8 @@ def bench_spec(label: str, args: argparse.Namespace) -> None:
           f"{'rows/s':>9s} {'ROCS rows/s':>11s} {'speedup':>8s} {'rel gap':>8s}")
     rng = np.random.default_rng(args.seed)
     for name, arch in architectures(spec, args.samples, args.seed).items():
+        if args.arch and name not in args.arch:
+            continue
         torch.manual_seed(args.seed)
         model = build_model(arch, spec).eval()
         full_flops = flops(arch, spec)
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions (median)")
     parser.add_argument("--samples", type=int, default=2, help="rocs draws per preset")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--arch", action="append", help="only these architectures (repeatable), e.g. dlrm, nasrec#0")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

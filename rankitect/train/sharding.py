@@ -139,9 +139,9 @@ def shard_model(model: RankingModel, env: DistEnv, cfg: TrainConfig) -> tuple[nn
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.planner.types import KernelConfig, ParameterConstraints, TopologyFactory, TrainerConfig
     from torchrec.distributed.types import ShardingEnv
 
     if model.embedding is None:
@@ -158,7 +158,11 @@ def shard_model(model: RankingModel, env: DistEnv, cfg: TrainConfig) -> tuple[nn
         for table in model.embedding.ebc.embedding_bag_configs()
     }
     planner = EmbeddingShardingPlanner(
-        topology=Topology(world_size=env.world_size, compute_device=env.device.type),
+        topology=TopologyFactory.create_topology(
+            TrainerConfig(world_size=env.world_size,
+                          local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))),
+            kernel_config=KernelConfig(compute_device=env.device.type),
+        ),
         storage_reservation=FixedPercentageStorageReservation(0.15),
         constraints=constraints,
     )

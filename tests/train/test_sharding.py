@@ -1,4 +1,5 @@
-"""Sharded embeddings: two CPU ranks (gloo) against the single-process run of the same loop.
+"""Sharded embeddings: ``rankitect train`` on two CPU ranks (torchrun, gloo) against the
+single-process run of the same loop (:func:`~rankitect.train.sharding.train_reference`).
 
 Tolerance of the loss curves: 1e-4 absolute per step. Both runs see the same global batches and
 start from the same weights, so step 0 agrees to float32 rounding; afterwards the only differences
@@ -11,17 +12,15 @@ initialized afresh instead of copied gave 3e-4 at step 0, their outputs left in 
 
 from __future__ import annotations
 
-import json
-import os
+import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from mlflow.tracking import MlflowClient
 
 from rankitect.config import TrainConfig
 from rankitect.data.store import ClickData
@@ -29,15 +28,7 @@ from rankitect.data.synthetic import generate_synthetic
 from rankitect.space import get_baseline
 from rankitect.space.testing import tiny_batch, tiny_spec
 from rankitect.train.loop import score
-from rankitect.train.sharding import (
-    init_distributed,
-    pad_rows,
-    rank_slice,
-    shutdown,
-    torchrun_ranks,
-    train_distributed,
-    train_reference,
-)
+from rankitect.train.sharding import pad_rows, rank_slice, torchrun_ranks, train_reference
 
 CFG = TrainConfig(steps=6, batch_size=32, val_batches=2, test_batches=2, seed=5, progress=False)
 LOSS_TOL = 1e-4
@@ -57,59 +48,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, data_dir: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
-    env = init_distributed("cpu")
-    try:
-        data = ClickData.open(data_dir)
-        result = train_distributed(get_baseline("dlrm", data.spec, embedding_dim=8), data, CFG, env)
-        if env.is_main:
-            Path(out).write_text(json.dumps({"losses": result.losses, "metrics": result.metrics, "plan": result.plan}))
-    finally:
-        shutdown(env)
-
-
-def _spawn(world: int, *args: str) -> None:
-    ctx = mp.start_processes(_worker, args=(world, _free_port(), *args), nprocs=world, join=False,
-                             start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{world} ranks did not finish in {TIMEOUT_S} s")
-
-
-def test_two_ranks_follow_the_single_process_loss_curve(data_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "rank0.json"
-    _spawn(2, str(data_dir), str(out))
-    sharded = json.loads(out.read_text())
-    assert "table_wise" in sharded["plan"] and "rank:1" in sharded["plan"]  # tables really on both ranks
-
-    data = ClickData.open(data_dir)
-    ref = train_reference(get_baseline("dlrm", data.spec, embedding_dim=8), data, CFG)
-    assert len(sharded["losses"]) == len(ref.losses) == CFG.steps
-    diffs = [abs(a - b) for a, b in zip(sharded["losses"], ref.losses)]
-    assert max(diffs) <= LOSS_TOL, diffs
-    assert ref.losses[-1] < ref.losses[0]  # it trains at all
-    # Gathered evaluation (padding and all) scores like the unsharded model on the same rows.
-    ref_metrics = score(ref.model, data, CFG)
-    for key in ("val/ne", "test/ne", "test/auc"):
-        assert sharded["metrics"][key] == pytest.approx(ref_metrics[key], abs=1e-3)
-
-
-def test_rankitect_train_under_torchrun(data_dir: Path, tmp_path: Path) -> None:
+def test_rankitect_train_on_two_ranks_follows_the_single_process_loss_curve(data_dir: Path, tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
         "-m", "rankitect", "train", "--arch", "baseline:dlrm", "runtime.sharding=torchrec", f"data.source={data_dir}",
-        "train.steps=2", "train.batch_size=32", "train.val_batches=1", "train.test_batches=1",
-        "train.progress=false", f"track.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"train.steps={CFG.steps}", f"train.batch_size={CFG.batch_size}", f"train.seed={CFG.seed}",
+        f"train.val_batches={CFG.val_batches}", f"train.test_batches={CFG.test_batches}", "train.progress=false",
+        f"track.uri={uri}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "on 2 rank(s)" in proc.stdout and "test/ne" in proc.stdout and "MLflow run:" in proc.stdout
+    assert "on 2 rank(s)" in proc.stdout
+    assert "table_wise" in proc.stdout and "rank:1" in proc.stdout  # tables really on both ranks
+    run_id = re.search(r"MLflow run: (\w+)", proc.stdout).group(1)
+    client = MlflowClient(tracking_uri=uri)
+    history = sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)
+    sharded = [m.value for m in history]
+
+    data = ClickData.open(data_dir)
+    ref = train_reference(get_baseline("dlrm", data.spec), data, CFG)
+    assert len(sharded) == len(ref.losses) == CFG.steps
+    diffs = [abs(a - b) for a, b in zip(sharded, ref.losses)]
+    assert max(diffs) <= LOSS_TOL, diffs
+    assert ref.losses[-1] < ref.losses[0]  # it trains at all
+    # The gathered evaluation (padding and all) scores like the unsharded model on the same rows.
+    logged, expected = client.get_run(run_id).data.metrics, score(ref.model, data, CFG)
+    for key in ("val/ne", "test/ne", "test/auc"):
+        assert logged[key] == pytest.approx(expected[key], abs=1e-3)
 
 
 def test_rank_slices_cover_the_batch_in_order() -> None:
