@@ -79,6 +79,9 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.search.runner import SearchRunner
 
     _set_threads(cfg)
+    if cfg.runtime.compile or cfg.runtime.precision != "fp32":
+        print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "
+              "fp32 (a cold compile costs more than a few hundred steps save: bench/runtime_bench.py)")
     if args.resume:
         runner = SearchRunner.resume(args.resume, cfg, _flag_overrides(args, args.flags) + list(args.overrides))
     else:
@@ -138,7 +141,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     arch = _load_arch(args.arch, data.spec)
     c = cost(arch, data.spec)
     print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
-    out = train_architecture(arch, data, cfg.train)
+    out = train_architecture(arch, data, cfg.train, runtime=cfg.runtime)
     result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"})
@@ -245,12 +248,66 @@ def cmd_finetune(args: argparse.Namespace, cfg: Config) -> int:
     _set_threads(cfg)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     data = open_data(cfg.data.source, cfg.data, progress=True)
-    outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch)
+    outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch, runtime=cfg.runtime)
     print(f"{'metric':18s} {'before':>8s} {'after':>8s}")
     for k in ("test/ne", "test/auc", "test/logloss", "val/ne"):
         print(f"{k:18s} {outcome.before[k]:8.4f} {outcome.after[k]:8.4f}")
     print(f"MLflow run: {outcome.run_id} (fine-tuned from {outcome.source_run_id})")
     return 0
+
+
+def cmd_probe(args: argparse.Namespace, cfg: Config) -> int:
+    from itertools import islice
+
+    from rankitect.data import open_data
+    from rankitect.train.fp8 import probe_model
+
+    _set_threads(cfg)
+    data = open_data(cfg.data.source, cfg.data, progress=True)
+    model, what = _probe_target(args, cfg, data)
+    batches = data.split("train").batches(cfg.train.batch_size, shuffle=True, seed=cfg.train.seed)
+    report = probe_model(model, islice(batches, args.batches), threshold=cfg.runtime.fp8_threshold,
+                         scaling=cfg.runtime.fp8_scaling)
+    print(f"FP8 probe of {what}: relative error of each linear's output with weights and inputs in "
+          "float8_e4m3fn (emulated)")
+    print(report.table().to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(report.summary())
+    return 0
+
+
+def _probe_target(args: argparse.Namespace, cfg: Config, data: Any) -> tuple[Any, str]:
+    """The model to probe: a genotype file or baseline (random init, or ``--steps`` of training
+    first), else a tracked run's trained weights."""
+    import tempfile
+
+    import torch
+
+    from rankitect.space import build_model
+
+    target = args.target
+    if target.startswith("baseline:") or target.endswith(".json") or Path(target).is_file():
+        arch = _load_arch(target, data.spec)
+        if args.steps:
+            from dataclasses import replace
+
+            from rankitect.train.loop import train_architecture
+
+            out = train_architecture(arch, data, replace(cfg.train, steps=args.steps))
+            return out.model, f"{target} ({arch.hash}) after {args.steps} training steps"
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.train.seed)
+            return build_model(arch, data.spec), f"{target} ({arch.hash}, random init)"
+    from rankitect.data.spec import FeatureSpec
+    from rankitect.export.finetune import check_same_features
+    from rankitect.space.architecture import Architecture
+    from rankitect.track import Tracker
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = Tracker(cfg.track.uri, cfg.track.experiment).fetch_model_files(target, tmp)
+        check_same_features(FeatureSpec.load(files.spec), data.spec, f"probe {target}")
+        model = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
+        model.load_state_dict(torch.load(files.weights, weights_only=True))
+    return model, f"run {files.run_id}"
 
 
 def cmd_runs(args: argparse.Namespace, cfg: Config) -> int:
@@ -334,6 +391,17 @@ def build_parser() -> argparse.ArgumentParser:
     finetune.add_argument("--from-scratch", action="store_true", help="re-initialize instead of loading weights")
     _add_config_args(finetune)
     finetune.set_defaults(handler=cmd_finetune, flags={"steps": "train.steps"})
+
+    probe = sub.add_parser("probe", help="which linear layers may train in FP8: emulated error per layer")
+    probe.add_argument("target", help="a run with kept weights (candidate, baseline or search: its winner), "
+                       "or a genotype JSON file or baseline:NAME (random init)")
+    probe.add_argument("--steps", type=int, default=0, help="genotype or baseline: train this many steps first")
+    probe.add_argument("--batches", type=int, default=8, help="training batches to probe with (default 8)")
+    probe.add_argument("--threshold", type=float, help="largest safe relative error (runtime.fp8_threshold)")
+    probe.add_argument("--scaling", choices=["tensorwise", "rowwise"], help="FP8 scaling (runtime.fp8_scaling)")
+    _add_config_args(probe)
+    probe.set_defaults(handler=cmd_probe,
+                       flags={"threshold": "runtime.fp8_threshold", "scaling": "runtime.fp8_scaling"})
 
     ui = sub.add_parser("ui", help="open the MLflow UI on the run store")
     ui.add_argument("--host", default="127.0.0.1")

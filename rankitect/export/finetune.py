@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from rankitect.config import TrainConfig
+from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import UserError
 from rankitect.space.architecture import Architecture
@@ -34,12 +34,15 @@ def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> 
         raise UserError(f"{where}: the data has {data.n_dense} dense features, the model was trained on {trained.n_dense}")
 
 
-def finetune(tracker: Any, run_id: str, data: Any, cfg: TrainConfig, *, from_scratch: bool = False) -> FinetuneOutcome:
+def finetune(
+    tracker: Any, run_id: str, data: Any, cfg: TrainConfig, *, from_scratch: bool = False,
+    runtime: RuntimeConfig | None = None,
+) -> FinetuneOutcome:
     """Continue training the model of ``run_id`` (a candidate, baseline or search run) on ``data``.
 
     The model starts from the run's weights (or fresh, ``from_scratch``), is scored on the test
     split before and after, and is logged as a new run tagged with the run it came from, with its
-    new weights attached.
+    new weights attached. ``runtime`` may compile training (see :mod:`rankitect.train.runtime`).
     """
     from rankitect.search.base import TrialResult
     from rankitect.space import build_model
@@ -56,7 +59,7 @@ def finetune(tracker: Any, run_id: str, data: Any, cfg: TrainConfig, *, from_scr
             if not from_scratch:
                 model.load_state_dict(torch.load(files.weights, weights_only=True))
             before = score(model, data, cfg)
-            out = train_model(model, data, cfg)
+            out = train_model(model, data, cfg, runtime=runtime)
         c = cost(arch, data.spec)
         result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
         new_id = tracker.log_trial(None, arch, result, {FROM_TAG: files.run_id, "rankitect.command": "finetune",
