@@ -31,7 +31,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,7 +74,6 @@ class DistributedResult:
     train_seconds: float
     steps: int
     plan: str = ""
-    history: list[dict[str, float]] = field(default_factory=list)
 
 
 def torchrun_ranks(environ: Mapping[str, str] | None = None) -> tuple[int, int, int] | None:
@@ -134,14 +133,12 @@ def shard_model(model: RankingModel, env: DistEnv, cfg: TrainConfig) -> tuple[nn
     """Wrap ``model`` in ``DistributedModelParallel``: tables sharded by the planner, the rest in DDP.
 
     Returns the wrapped model and the plan as text. The tables train with fbgemm's fused rowwise
-    Adagrad (learning rate ``cfg.lr_sparse``, ``eps`` scaled by the world size: module docstring).
+    Adagrad (learning rate ``cfg.lr_sparse``, ``eps`` scaled by the world size: module docstring)
+    and start from ``model``'s own table weights.
     """
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner
-    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-    from torchrec.distributed.planner.types import KernelConfig, ParameterConstraints, TopologyFactory, TrainerConfig
     from torchrec.distributed.types import ShardingEnv
 
     if model.embedding is None:
@@ -152,28 +149,34 @@ def shard_model(model: RankingModel, env: DistEnv, cfg: TrainConfig) -> tuple[nn
         "eps": SPARSE_EPS * env.world_size,
     }
     sharder = EmbeddingBagCollectionSharder(fused_params=fused)
+    plan = _planner(model, env).collective_plan(model, [sharder], dist.group.WORLD)
+    full = {k: v.detach().clone() for k, v in model.embedding.state_dict(prefix="embedding.").items()}
+    dmp = DistributedModelParallel(
+        model, env=ShardingEnv.from_process_group(dist.group.WORLD), device=env.device, plan=plan, sharders=[sharder]
+    )
+    _copy_into_shards(dmp, full)
+    return dmp, str(plan)
+
+
+def _planner(model: RankingModel, env: DistEnv) -> Any:
+    """torchrec's planner, restricted to whole-row layouts with the fused kernel (module docstring)."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+    from torchrec.distributed.planner.types import KernelConfig, ParameterConstraints, TopologyFactory, TrainerConfig
+
     kinds = list(WHOLE_ROW_SHARDINGS[env.device.type])
     constraints = {
         table.name: ParameterConstraints(sharding_types=kinds, compute_kernels=["fused"])
         for table in model.embedding.ebc.embedding_bag_configs()
     }
-    planner = EmbeddingShardingPlanner(
-        topology=TopologyFactory.create_topology(
-            TrainerConfig(world_size=env.world_size,
-                          local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))),
-            kernel_config=KernelConfig(compute_device=env.device.type),
-        ),
-        storage_reservation=FixedPercentageStorageReservation(0.15),
-        constraints=constraints,
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
+    topology = TopologyFactory.create_topology(
+        TrainerConfig(world_size=env.world_size, local_world_size=local),
+        kernel_config=KernelConfig(compute_device=env.device.type),
     )
-    group = dist.group.WORLD
-    plan = planner.collective_plan(model, [sharder], group)
-    full = {k: v.detach().clone() for k, v in model.embedding.state_dict(prefix="embedding.").items()}
-    dmp = DistributedModelParallel(
-        model, env=ShardingEnv.from_process_group(group), device=env.device, plan=plan, sharders=[sharder]
+    return EmbeddingShardingPlanner(
+        topology=topology, storage_reservation=FixedPercentageStorageReservation(0.15), constraints=constraints
     )
-    _copy_into_shards(dmp, full)
-    return dmp, str(plan)
 
 
 @torch.no_grad()
