@@ -1,0 +1,157 @@
+"""The ``dnas`` strategy: differentiable search over every choice of a preset space.
+
+Architecture weights (:class:`~rankitect.search.dnas_weights.ArchitectureWeights`, one logit per
+option of every label: ops, widths, inputs ...) and the supernet's weights are trained in turn with
+two explicit optimizers: the weights on training batches through paths drawn from the current
+distribution, the architecture weights on validation batches through hard Gumbel-softmax samples
+(temperature annealed from ``tau_start`` to ``tau_end``) against
+
+    objective.torch_value(NE of the batch, expected MFLOPs)
+
+where the expected FLOPs are differentiable in the choice probabilities (TuNAS ``absolute`` or
+``relaxed`` penalty around ``search.target_mflops``). The most probable architecture (and the next
+``top_k - 1``) is then retrained from scratch and scored on the test split. The entropy of every
+choice, the expected MFLOPs and the temperature are logged to a ``supernet`` child run in batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from rankitect.config import DnasConfig, TrainConfig
+from rankitect.data.batch import Batch
+from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
+from rankitect.search.objective import Objective
+from rankitect.search.runner import SearchRunner
+from rankitect.search.supernet_train import CurveLogger, SupernetTrainer, batches, build_supernet, start_child_run
+from rankitect.search.trial import InlineRunner, TrialPool, trial_output
+from rankitect.space.supernet import Supernet
+
+
+def check_dnas_config(cfg: DnasConfig) -> None:
+    """Reject settings the loop cannot run with, naming the key."""
+    for key in ("supernet_steps", "arch_every", "top_k", "log_every"):
+        if getattr(cfg, key) < 1:
+            raise ValueError(f"search.dnas.{key} must be >= 1, got {getattr(cfg, key)!r}")
+    if cfg.warmup_steps < 0 or cfg.arch_lr <= 0:
+        raise ValueError(f"search.dnas.warmup_steps must be >= 0 and arch_lr > 0, got {cfg.warmup_steps!r}, "
+                         f"{cfg.arch_lr!r}")
+    tau_at(0, 1, cfg.tau_start, cfg.tau_end)  # raises on a non-positive temperature
+
+
+@dataclass
+class ArchStep:
+    """One step of the architecture weights: the optimizer and what the loss needs."""
+
+    supernet: Supernet
+    weights: ArchitectureWeights
+    optimizer: torch.optim.Optimizer
+    trainer: SupernetTrainer
+    expected: ExpectedFlops
+    objective: Objective
+
+    def __call__(self, batch: Batch, generator: torch.Generator, tau: float) -> dict[str, float]:
+        path, relaxed = self.weights.gumbel(generator, tau)
+        gates = {label: w[self.supernet.space.choices[label].index(path[label])] for label, w in relaxed.items()}
+        ne = self.trainer.ne(self.supernet(batch, path, gates), batch.labels)
+        value = self.objective_of(ne, path)
+        params = self.weights.arch_parameters()
+        # Only the architecture weights learn here: the supernet's weights never see validation data.
+        grads = torch.autograd.grad(value, params, allow_unused=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        for p, g in zip(params, grads):
+            p.grad = torch.zeros_like(p) if g is None else g
+        self.optimizer.step()
+        with torch.no_grad():
+            expected = float(self.expected(self.weights.probs())) / 1e6
+        return {"arch/ne": float(ne.detach()), "arch/objective": float(value.detach()),
+                "arch/sample_mflops": self.expected.table(path)[0] / 1e6, "arch/expected_mflops": expected}
+
+    def objective_of(self, ne: torch.Tensor, path: dict[str, Any]) -> torch.Tensor:
+        """NE plus the FLOPs penalty of the sampled path, with the penalty's gradient in every probability.
+
+        The value is the sample's ``objective.torch_value(ne, C(x))``. Its gradient in ``p_{l,i}`` is
+        ``objective.torch_value(ne, C(x with label l at option i))``: what that option would make of
+        the objective, an unbiased estimate of the gradient of the expected objective (the expected
+        FLOPs ``sum_i p_i C_i`` put through the penalty option by option), so probability flows to
+        the options that meet the target.
+        """
+        base, costs = self.expected.table(path)
+        probs = self.weights.probs()
+        value = self.objective.torch_value(ne, torch.tensor(base / 1e6, dtype=ne.dtype))
+        here = value.detach()
+        pull = torch.zeros((), dtype=ne.dtype)
+        for label, c in costs.items():
+            options = self.objective.torch_value(ne.detach(), (c / 1e6).to(ne.dtype))  # (n_options,)
+            pull = pull + (probs[label] * (options - here)).sum()
+        return value + (pull - pull.detach())  # the sample's objective, with the penalty's gradient
+
+
+def dnas_search(
+    supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
+    curves: CurveLogger | None = None, progress: bool = False,
+) -> ArchitectureWeights:
+    """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
+
+    ``data`` has ``split("train")`` and ``split("val")`` (a :class:`~rankitect.data.ClickData`);
+    ``seed`` drives the Gumbel noise (the batches follow ``train_cfg.seed``).
+    """
+    check_dnas_config(cfg)
+    generator = torch.Generator().manual_seed(seed)
+    weights = ArchitectureWeights(supernet.space)
+    trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
+    arch_step = ArchStep(supernet, weights, torch.optim.Adam(weights.arch_parameters(), lr=cfg.arch_lr), trainer,
+                         ExpectedFlops(supernet), objective)
+    train_it = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
+    val_it: Iterator[Batch] = batches(data.split("val"), train_cfg.batch_size, train_cfg.seed + 1)
+    bar = tqdm(range(cfg.supernet_steps), desc="dnas", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        row = {"train/loss": trainer.step(next(train_it), weights.sample(generator))}
+        tau = tau_at(step, cfg.supernet_steps, cfg.tau_start, cfg.tau_end)
+        if step >= cfg.warmup_steps and (step - cfg.warmup_steps) % cfg.arch_every == 0:
+            row.update(arch_step(next(val_it), generator, tau))
+            bar.set_postfix(ne=f"{row['arch/ne']:.4f}", mflops=f"{row['arch/expected_mflops']:.3f}")
+        if curves is not None and (step % cfg.log_every == 0 or step == cfg.supernet_steps - 1):
+            entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
+            curves.log(step, {**row, **entropy, "arch/tau": tau})
+    return weights
+
+
+class DnasSearch(SearchRunner):
+    """``rankitect search --strategy dnas``: the runner's baselines, tracking and Pareto table around
+    :func:`dnas_search`; the derived architectures are the search's candidates (``run_trial``)."""
+
+    def _make_strategy(self) -> None:
+        check_dnas_config(self.cfg.search.dnas)
+        return None
+
+    def candidate_budget(self) -> int:
+        return self.cfg.search.dnas.top_k
+
+    def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
+        cfg = self.cfg.search.dnas
+        if len(self.state.candidates()) >= cfg.top_k:
+            return  # a resumed search that had finished its candidates
+        supernet = build_supernet(self.space, self.data.spec, self.cfg.search.seed)
+        run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
+        curves = CurveLogger(self.tracker.client, run_id)
+        self.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
+                  f"{cfg.supernet_steps} steps (architecture steps from step {cfg.warmup_steps})")
+        weights = dnas_search(supernet, self.data, self.train_cfg, cfg, self.objective, seed=self.cfg.search.seed,
+                              curves=curves, progress=self.cfg.train.progress)
+        curves.flush()
+        self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
+        self.tracker.client.set_terminated(run_id, "FINISHED")
+        for path in weights.most_probable(cfg.top_k):
+            arch = self.space.decode(path)
+            self.echo(f"dnas: derived {arch.hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs), retraining")
+            future = runner.submit(arch, self.train_cfg, self._weights_path(arch.hash))
+            self._record("candidate", arch.hash, arch, trial_output(future))
+
+
+__all__ = ["ArchStep", "DnasSearch", "check_dnas_config", "dnas_search"]

@@ -1,0 +1,210 @@
+"""The ``oneshot`` strategy: a weight-sharing supernet, evolution on inherited weights, retraining.
+
+After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
+
+1. **Supernet training** by uniform single-path sampling: each step draws a path of the space
+   uniformly; during warm-up the widest path is drawn instead with a probability falling linearly
+   from 1 to 0 at ``warmup_steps``, so every weight gets trained early.
+2. **Regularized evolution** (:class:`~rankitect.search.evolution.RegularizedEvolution`) where each
+   child is scored without training it: its weights are cut from the supernet, its head is
+   fine-tuned for ``finetune_steps`` batches on fixed features, and its NE on ``score_batches``
+   validation batches, with the FLOPs penalty, is the objective.
+3. **Retraining** of the ``top_k`` best scored children from scratch (``run_trial``): they are the
+   search's candidates, with test metrics, next to the baselines in the Pareto table.
+
+The supernet's training curve is a ``supernet`` child run; every scored child a child run tagged
+``rankitect.kind=scored`` holding its inherited validation NE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+from tqdm import tqdm
+
+from rankitect.config import OneShotConfig, TrainConfig
+from rankitect.data.batch import Batch
+from rankitect.eval.metrics import MetricAccumulator
+from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, build_strategy
+from rankitect.search.objective import Objective
+from rankitect.search.runner import SearchRunner
+from rankitect.search.supernet_train import CurveLogger, SupernetTrainer, batches, build_supernet, start_child_run
+from rankitect.search.trial import InlineRunner, TrialPool, trial_output
+from rankitect.space.architecture import Architecture
+from rankitect.space.supernet import Supernet
+
+SCORED = "scored"
+
+
+def check_oneshot_config(cfg: OneShotConfig) -> None:
+    """Reject settings the loop cannot run with, naming the key."""
+    for key in ("supernet_steps", "population", "sample_size", "score_batches", "top_k", "log_every"):
+        if getattr(cfg, key) < 1:
+            raise ValueError(f"search.oneshot.{key} must be >= 1, got {getattr(cfg, key)!r}")
+    for key in ("warmup_steps", "children", "finetune_steps"):
+        if getattr(cfg, key) < 0:
+            raise ValueError(f"search.oneshot.{key} must be >= 0, got {getattr(cfg, key)!r}")
+    if cfg.sample_size > cfg.population:
+        raise ValueError(f"search.oneshot.sample_size={cfg.sample_size} exceeds population={cfg.population}")
+
+
+def widest_probability(step: int, warmup_steps: int) -> float:
+    """Probability of drawing the widest path at ``step``: 1 at step 0, falling linearly to 0.
+
+    >>> [widest_probability(s, 4) for s in (0, 2, 4, 9)], widest_probability(0, 0)
+    ([1.0, 0.5, 0.0, 0.0], 0.0)
+    """
+    return max(0.0, 1.0 - step / warmup_steps) if warmup_steps > 0 else 0.0
+
+
+def train_supernet(
+    supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: OneShotConfig, *, seed: int,
+    curves: CurveLogger | None = None, progress: bool = False,
+) -> list[float]:
+    """Train ``supernet`` for ``cfg.supernet_steps`` steps, one path a step; returns the losses."""
+    rng = np.random.default_rng(seed)
+    trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
+    stream = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
+    losses = []
+    bar = tqdm(range(cfg.supernet_steps), desc="supernet", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        p_widest = widest_probability(step, cfg.warmup_steps)
+        path = supernet.widest_path(rng) if rng.random() < p_widest else supernet.space.sample(rng)
+        losses.append(trainer.step(next(stream), path))
+        if step % cfg.log_every == 0 or step == cfg.supernet_steps - 1:
+            window = float(np.mean(losses[-cfg.log_every:]))
+            bar.set_postfix(loss=f"{window:.4f}")
+            if curves is not None:
+                curves.log(step, {"train/loss": window, "train/p_widest": p_widest})
+    return losses
+
+
+class ChildScorer:
+    """Scores paths with inherited weights: head fine-tuned on fixed features, NE on fixed batches.
+
+    Args:
+        supernet: the trained supernet (left unchanged).
+        finetune: training batches for the head, one step each (the same for every child).
+        val: validation batches the child is scored on (the same for every child).
+        lr: Adam's learning rate for the head.
+    """
+
+    def __init__(self, supernet: Supernet, finetune: list[Batch], val: list[Batch], lr: float) -> None:
+        self.supernet, self.finetune, self.val, self.lr = supernet, finetune, val, lr
+        self.loss_fn = nn.BCEWithLogitsLoss()
+
+    @torch.no_grad()
+    def _features(self, path: dict[str, Any], batches_: list[Batch]) -> list[torch.Tensor]:
+        return [self.supernet.features(b, path) for b in batches_]
+
+    def __call__(self, path: dict[str, Any]) -> dict[str, float]:
+        """Validation metrics (NE, logloss, AUC, calibration) of ``path`` after the head's fine-tune."""
+        was_training = self.supernet.training
+        self.supernet.eval()
+        try:
+            head = self.supernet.plan(path).head
+            params = {k: v.detach().clone().requires_grad_() for k, v in self.supernet.head_params(path).items()}
+            if self.finetune:
+                opt = torch.optim.Adam(params.values(), lr=self.lr)
+                for feats, batch in zip(self._features(path, self.finetune), self.finetune):
+                    opt.zero_grad(set_to_none=True)
+                    self.loss_fn(functional_call(head, params, (feats,)), batch.labels).backward()
+                    opt.step()
+            acc = MetricAccumulator()
+            with torch.no_grad():
+                for feats, batch in zip(self._features(path, self.val), self.val):
+                    acc.update(functional_call(head, params, (feats,)), batch.labels)
+        finally:
+            self.supernet.train(was_training)
+        return {k: float(v) for k, v in acc.compute().items()}
+
+
+def make_scorer(supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: OneShotConfig) -> ChildScorer:
+    """A scorer on the first ``finetune_steps`` shuffled training batches and ``score_batches`` validation ones."""
+    stream = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed + 7)
+    finetune = [next(stream) for _ in range(cfg.finetune_steps)]
+    val_it = data.split("val").batches(train_cfg.batch_size, shuffle=False)
+    val = [b for _, b in zip(range(cfg.score_batches), val_it)]
+    return ChildScorer(supernet, finetune, val, train_cfg.lr_dense)
+
+
+def evolve(
+    supernet: Supernet, scorer: ChildScorer, strategy: Strategy, evaluations: int, *,
+    on_scored: Any = None, progress: bool = False,
+) -> list[tuple[Architecture, TrialResult]]:
+    """Ask/score/tell ``evaluations`` times; ``on_scored(arch, result)`` sees every scored child."""
+    scored = []
+    for _ in tqdm(range(evaluations), desc="evolution", disable=not progress, dynamic_ncols=True):
+        try:
+            arch = strategy.ask()
+        except SpaceExhausted:
+            break
+        path = supernet.as_path(arch)
+        metrics = scorer(path)
+        result = TrialResult(val_ne=metrics["ne"], test_ne=None, mflops=supernet.path_flops(path) / 1e6)
+        strategy.tell(arch, result)
+        scored.append((arch, result))
+        if on_scored is not None:
+            on_scored(arch, result)
+    return scored
+
+
+def best_scored(scored: list[tuple[Architecture, TrialResult]], objective: Objective, k: int) -> list[Architecture]:
+    """The ``k`` distinct architectures with the lowest objective (first scored wins ties)."""
+    ranked = sorted(range(len(scored)), key=lambda i: (objective(scored[i][1]), i))
+    out: list[Architecture] = []
+    for i in ranked:
+        arch = scored[i][0]
+        if all(arch.hash != a.hash for a in out):
+            out.append(arch)
+        if len(out) == k:
+            break
+    return out
+
+
+class OneShotSearch(SearchRunner):
+    """``rankitect search --strategy oneshot``: the runner's baselines, tracking and Pareto table
+    around supernet training, evolution on inherited weights and retraining of the best."""
+
+    def _make_strategy(self) -> None:
+        check_oneshot_config(self.cfg.search.oneshot)
+        return None
+
+    def candidate_budget(self) -> int:
+        return self.cfg.search.oneshot.top_k
+
+    def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
+        cfg, seed = self.cfg.search.oneshot, self.cfg.search.seed
+        if len(self.state.candidates()) >= cfg.top_k:
+            return  # a resumed search that had finished its candidates
+        supernet = build_supernet(self.space, self.data.spec, seed)
+        self.echo(f"oneshot: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
+                  f"{cfg.supernet_steps} steps")
+        run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
+        curves = CurveLogger(self.tracker.client, run_id)
+        train_supernet(supernet, self.data, self.train_cfg, cfg, seed=seed, curves=curves,
+                       progress=self.cfg.train.progress)
+        curves.flush()
+        self.tracker.client.set_terminated(run_id, "FINISHED")
+        self.strategy = build_strategy("evolution", self.space, seed=seed, objective=self.objective,
+                                       population=cfg.population, sample_size=cfg.sample_size)
+        scorer = make_scorer(supernet, self.data, self.train_cfg, cfg)
+        scored = evolve(supernet, scorer, self.strategy, cfg.population + cfg.children,
+                        on_scored=self._log_scored, progress=self.cfg.train.progress)
+        for arch in best_scored(scored, self.objective, cfg.top_k):
+            self.echo(f"oneshot: retraining {arch.hash} from scratch")
+            future = runner.submit(arch, self.train_cfg, self._weights_path(arch.hash))
+            self._record("candidate", arch.hash, arch, trial_output(future))
+
+    def _log_scored(self, arch: Architecture, result: TrialResult) -> None:
+        from rankitect.track.mlflow_tracker import KIND
+
+        self.tracker.log_trial(self.state.parent_run_id, arch, result, {KIND: SCORED})
+
+
+__all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",
+           "train_supernet", "widest_probability"]

@@ -1,0 +1,169 @@
+"""DNAS: expected FLOPs against the analytic cost, the penalty's pull, targets met, determinism, CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rankitect.cli import main
+from rankitect.config import DnasConfig, TrainConfig
+from rankitect.data.store import ClickData
+from rankitect.search.dnas import ArchStep, dnas_search
+from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops
+from rankitect.search.objective import Objective
+from rankitect.search.supernet_train import SupernetTrainer, build_supernet
+from rankitect.space import cost, get_space
+from rankitect.space.supernet import Supernet
+from rankitect.space.testing import tiny_spec
+from tests.search.tiny_data import tiny_click_data
+from tests.space.conftest import SMALL_NASREC, small_space
+
+TRAIN = TrainConfig(batch_size=64, progress=False)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> ClickData:
+    return tiny_click_data(tmp_path_factory.mktemp("dnas") / "data", rows=1024)
+
+
+def three_slots():
+    return get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 3})
+
+
+@pytest.mark.parametrize("preset", ["nasrec", "engineer"])
+def test_expected_flops_of_a_one_hot_is_the_analytic_cost(preset: str) -> None:
+    space, spec = small_space(preset), tiny_spec()
+    expected, weights = ExpectedFlops(Supernet(space, spec)), ArchitectureWeights(space)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        path = space.sample(rng)
+        assert float(expected(weights.one_hot(path))) == cost(space.decode(path), spec).flops
+
+
+def test_expected_flops_over_one_label_is_sum_p_c() -> None:
+    space, spec = three_slots(), tiny_spec()
+    path = space.sample(np.random.default_rng(0))
+    probs = ArchitectureWeights(space).one_hot(path)
+    p = torch.tensor([0.2, 0.5, 0.3])
+    probs["b2.width"] = p
+    by_hand = sum(float(pi) * cost(space.decode({**path, "b2.width": w}), spec).flops
+                  for pi, w in zip(p, space.choices["b2.width"].options))
+    assert float(ExpectedFlops(Supernet(space, spec))(probs)) == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_penalty_gradient_moves_probability_to_cheaper_options() -> None:
+    space, spec = three_slots(), tiny_spec()
+    supernet, weights = Supernet(space, spec), ArchitectureWeights(space)
+    expected = ExpectedFlops(supernet)
+    at = weights.argmax()
+    label = "b0.width"
+    costs = [supernet.path_flops({**at, label: w}) for w in space.choices[label].options]
+    assert costs == sorted(costs) and costs[0] < costs[-1]  # widths are listed cheapest first
+    before = weights.probs()[label].detach().clone()
+    expected(weights.probs()).backward()
+    grad = weights.logits[list(space.choices).index(label)].grad
+    assert torch.all(grad[1:] > grad[:-1])  # the costlier the option, the more the penalty pushes it down
+    with torch.no_grad():
+        for a in weights.arch_parameters():
+            if a.grad is not None:  # inactive labels cost nothing either way
+                a -= 1e-4 * a.grad / max(float(a.grad.abs().max()), 1e-12)
+    after = weights.probs()[label]
+    assert after[0] > before[0] and after[-1] < before[-1]
+
+
+def test_objective_of_a_sample_pulls_towards_a_relaxed_target(data: ClickData) -> None:
+    space = three_slots()
+    supernet, weights = Supernet(space, data.spec), ArchitectureWeights(space)
+    path = supernet.widest_path(np.random.default_rng(0))
+    target = supernet.path_flops(path) / 2e6  # the sample is twice the target
+    step = ArchStep(supernet, weights, torch.optim.SGD(weights.arch_parameters(), lr=0.1),
+                    SupernetTrainer(supernet, TRAIN, data.split("train").ctr), ExpectedFlops(supernet),
+                    Objective(target_mflops=target, penalty="relaxed", weight=1.0))
+    ne = torch.tensor(0.9)
+    value = step.objective_of(ne, path)
+    assert float(value) == pytest.approx(0.9 + 1.0 * 1.0)  # NE + weight * (F / F0 - 1), exact for the sample
+    value.backward()
+    grad = weights.logits[list(space.choices).index("b2.width")].grad
+    assert torch.all(grad[1:] > grad[:-1])
+
+
+def run_dnas(
+    data: ClickData, objective: Objective, seed: int = 0, steps: int = 60
+) -> tuple[Supernet, ArchitectureWeights]:
+    supernet = build_supernet(three_slots(), data.spec, seed)
+    cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3)
+    return supernet, dnas_search(supernet, data, TRAIN, cfg, objective, seed=seed)
+
+
+def median_cost(space, spec) -> float:
+    supernet = Supernet(space, spec)
+    return float(np.median([supernet.path_flops(space.sample(np.random.default_rng(i))) for i in range(100)]))
+
+
+def test_large_absolute_penalty_lands_within_ten_percent_of_the_target(data: ClickData) -> None:
+    target = median_cost(three_slots(), data.spec) / 1e6
+    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="absolute", weight=5.0))
+    derived = supernet.path_flops(weights.argmax()) / 1e6
+    assert abs(derived / target - 1) <= 0.10, (derived, target)
+
+
+def test_large_relaxed_penalty_lands_below_the_target(data: ClickData) -> None:
+    target = median_cost(three_slots(), data.spec) / 1e6
+    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="relaxed", weight=5.0))
+    assert supernet.path_flops(weights.argmax()) / 1e6 <= target
+
+
+def test_a_fixed_seed_derives_the_same_architecture(data: ClickData) -> None:
+    objective = Objective()
+    _, first = run_dnas(data, objective, seed=3, steps=20)
+    _, again = run_dnas(data, objective, seed=3, steps=20)
+    assert first.argmax() == again.argmax()
+    for a, b in zip(first.arch_parameters(), again.arch_parameters()):
+        assert torch.equal(a, b)
+    assert any(not torch.all(a == 0) for a in first.arch_parameters())  # the weights did move
+
+
+def test_gumbel_sample_gates_are_one_with_gradient() -> None:
+    weights = ArchitectureWeights(three_slots())
+    path, relaxed = weights.gumbel(torch.Generator().manual_seed(0), tau=1.0)
+    for label, w in relaxed.items():
+        i = three_slots().choices[label].index(path[label])
+        assert float(w[i]) == pytest.approx(1.0) and float(w.sum()) == pytest.approx(1.0)
+    sum(w[0] for w in relaxed.values()).backward()
+    assert all(a.grad is not None and (len(a) == 1 or a.grad.abs().sum() > 0) for a in weights.arch_parameters())
+
+
+def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    # The default nasrec menu builds a supernet of ~300M weights; the mechanics are the same on a small one.
+    monkeypatch.setattr("rankitect.space.get_space", lambda name, **kw: get_space(name, **{**SMALL_NASREC,
+                                                                                            "num_blocks": 2}))
+    code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", "data.rows=3000", "train.steps=4",
+                 "train.batch_size=64", "train.val_every=4", "train.val_batches=2", "train.test_batches=2",
+                 "train.progress=false", "search.dnas.supernet_steps=12", "search.dnas.warmup_steps=4",
+                 "search.dnas.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    parent = out.split("MLflow search run: ")[1].split()[0]
+    assert "found " in out and "dlrm" in out
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    exp = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
+    kinds = sorted(r.data.tags["rankitect.kind"] for r in runs)
+    assert kinds == ["baseline", "candidate", "supernet"]
+    supernet = next(r for r in runs if r.data.tags["rankitect.kind"] == "supernet")
+    assert "arch/expected_mflops" in supernet.data.metrics and "entropy/b0.flat" in supernet.data.metrics
+    history = client.get_metric_history(supernet.info.run_id, "entropy/b0.flat")
+    assert [m.step for m in history] == [0, 4, 8, 11]
+    candidate = next(r for r in runs if r.data.tags["rankitect.kind"] == "candidate")
+    assert {"test/ne", "test/auc", "mflops"} <= set(candidate.data.metrics)
