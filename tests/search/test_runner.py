@@ -124,7 +124,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:
 
 
 def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_path: Path) -> None:
-    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=12")
+    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=6")
     log = open(tmp_path / "search.err", "w")
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True)
     first = proc.stdout.readline()
