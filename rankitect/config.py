@@ -52,7 +52,7 @@ class TrainConfig:
     val_every: int = 100
     val_batches: int = 20  # 0 = the whole validation split
     test_batches: int = 0  # 0 = the whole test split
-    warmup_steps: int = 50  # validation NE above 1 only fails a trial after this many steps
+    warmup_steps: int = 150  # validation NE above 1 fails a trial only from this step on (NaN: any step)
     seed: int = 0
     progress: bool = True
 
