@@ -20,7 +20,7 @@ from rankitect.blocks.base import Block
 from rankitect.blocks.common import FieldLinear, MaskedLinear, SplitLayerNorm, request_share
 from rankitect.blocks.dcn import DCN, CrossMap
 from rankitect.blocks.dhen import DHEN, Branch
-from rankitect.blocks.dot import Dot, pair_order
+from rankitect.blocks.dot import Dot
 from rankitect.blocks.efc import EFC
 from rankitect.blocks.fm import FM, fm_pairs
 from rankitect.blocks.gating import Gating
@@ -98,22 +98,19 @@ def _dcn(block: DCN, x: Split) -> Split:
 @split_forward_of(Dot)
 def _dot(block: Dot, x: Split) -> Split:
     R, N = x.request_width, block.in_fields
-    u, c = x.req, x.cand
+    C, u, c = N - R, x.req, x.cand
     gram_u = torch.bmm(u, u.transpose(1, 2))  # (Q, R, D) @ (Q, D, R) -> (Q, R, R)
     # Candidate rows of the Gram matrix: against the request fields and against each other.
     cross = torch.bmm(c, u.index_select(0, x.index).transpose(1, 2))  # (B, C, D) @ (B, D, R) -> (B, C, R)
     own = torch.bmm(c, c.transpose(1, 2))  # (B, C, D) @ (B, D, C) -> (B, C, C)
-    C = N - R
-    pairs = pair_order(N, R)
+    # The block's pairs (i, j), i < j, in its output order (request x request pairs first).
+    i, j = block.index // N, block.index % N
     n_req = R * (R - 1) // 2
-    req_idx = [i * R + j for i, j in pairs[:n_req]]
-    # Positions in [cross (C*R) | own (C*C)] of each candidate pair (i, j), j >= R.
-    cand_idx = [(j - R) * R + i if i < R else C * R + (i - R) * C + (j - R) for i, j in pairs[n_req:]]
-    Q, B, device = u.shape[0], c.shape[0], u.device
-    req_pos = torch.tensor(req_idx, dtype=torch.long, device=device)
-    req = gram_u.reshape(Q, R * R).index_select(1, req_pos)  # (Q, R, R) -> (Q, R*R) -> (Q, R(R-1)/2)
-    both = torch.cat([cross.reshape(B, C * R), own.reshape(B, C * C)], dim=1)  # (B, C*R + C*C)
-    return x.like(req, both.index_select(1, torch.tensor(cand_idx, dtype=torch.long, device=device)))
+    req = gram_u.reshape(u.shape[0], R * R).index_select(1, i[:n_req] * R + j[:n_req])  # (Q, R(R-1)/2)
+    i, j = i[n_req:], j[n_req:]  # j >= R: pairs with a candidate field
+    pos = torch.where(i < R, (j - R) * R + i, C * R + (i - R) * C + (j - R))  # in [cross | own]
+    both = torch.cat([cross.reshape(c.shape[0], C * R), own.reshape(c.shape[0], C * C)], dim=1)  # (B, C*R + C*C)
+    return x.like(req, both.index_select(1, pos))
 
 
 @split_forward_of(FM)

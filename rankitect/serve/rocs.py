@@ -105,16 +105,15 @@ def adapt(adapter: InputAdapter, xs: list[Split]) -> list[Split]:
 def _head(model: RankingModel, feats: list[Split]) -> torch.Tensor:
     """The head on flat splits; its first linear reads request units once per request."""
     layers = list(model.head.mlp)
-    req_cols: list[int] = []
-    cand_cols: list[int] = []
-    offset = 0
-    for f in feats:  # the head concatenates its inputs plainly: [in0 (req, cand), in1 (req, cand), ..]
-        R, C = f.req.shape[1], f.cand.shape[1]
-        req_cols += range(offset, offset + R)
-        cand_cols += range(offset + R, offset + R + C)
-        offset += R + C
     first = layers[0]
-    order = torch.tensor(req_cols + cand_cols, dtype=torch.long, device=first.weight.device)
+    # The head concatenates its inputs plainly, [in0 (req, cand), in1 (req, cand), ..]: its weight
+    # columns in request-first order are the request columns of every input, then the rest.
+    starts, device = [0], first.weight.device
+    for f in feats:
+        starts.append(starts[-1] + f.req.shape[1] + f.cand.shape[1])
+    req_cols = [torch.arange(s, s + f.req.shape[1], device=device) for s, f in zip(starts, feats)]
+    cand_cols = [torch.arange(s + f.req.shape[1], e, device=device) for s, e, f in zip(starts, starts[1:], feats)]
+    order = torch.cat(req_cols + cand_cols)
     x = feats[0].like(torch.cat([f.req for f in feats], dim=1), torch.cat([f.cand for f in feats], dim=1))
     h = plain_linear(first.weight.index_select(1, order), first.bias, x)  # (B, O)
     for layer in layers[1:]:
