@@ -306,6 +306,8 @@ def train_distributed(
     ``cfg.batch_size`` is the global batch; ``env.world_size`` must divide it.
     """
     steps = cfg.steps if steps is None else steps
+    if not arch.uses("sparse"):
+        raise ConfigError(f"runtime.sharding=torchrec: architecture {arch.hash} reads no sparse features (no tables)")
     if cfg.batch_size % env.world_size:
         raise ConfigError(f"train.batch_size={cfg.batch_size} is not divisible by the world size {env.world_size}")
     dmp, plan = shard_model(build_seeded(arch, data.spec, cfg.seed), env, cfg)
