@@ -13,10 +13,16 @@ calls and a batch of another size (the short last batch of an epoch) run eager, 
 exactly once. A compile failure (at the warm-up step or later) falls back to eager with one
 warning; the trial goes on.
 
-Where it pays (``bench/runtime_bench.py``, 2 shared CPU cores, batch 512): a cold compile costs
-about 25-45 s (forward and backward graphs) and buys a few ms per step, so it repays itself only
-after thousands of steps. Keep it off for search trials of a few hundred steps; turn it on for the
-supernet, ``rankitect train`` with a long budget and fine-tuning.
+Where it pays (``bench/runtime_bench.py``: 2 shared CPU cores, 1 thread, batch 512, cold
+Inductor caches). DCNv2: compile 24-38 s, warm step 154-157 ms against 162 ms eager (1.03-1.06x),
+break-even after 2,700-7,600 steps (a quieter run of the whole model gave 0.89x). A 10-MFLOPs
+``nasrec`` sample: compile 175-242 s and steps 0.84x as fast: never. The Optimus passes fire on none
+of the six baselines nor of six sampled candidates at torch's threshold (5 parallel same-shape
+ops); they are meant for models with many parallel towers. So: off for search trials of a few
+hundred steps (``rankitect search`` says so and runs them eager), worth trying for long
+``rankitect train`` / ``finetune`` runs of DCN-like models and on GPUs (not measured here). Not
+for the one-shot supernet while it samples paths: ``Supernet.forward(batch, path)`` plans each
+path in Python, so every new path would be a new graph and another cold compile.
 
 ``runtime.precision=fp8`` (CUDA capability >= 8.9) first probes a few training batches
 (:func:`rankitect.train.fp8.probe_model`) and converts only the layers below
