@@ -33,7 +33,7 @@ class DataConfig:
     file (with ``schema``), or a cache directory written earlier."""
 
     source: str = "synthetic"
-    rows: int = 200_000  # synthetic only; one epoch of the default budget (300 x 512 rows)
+    rows: int = 200_000  # synthetic only (rankitect.data.synthetic.DEFAULT_ROWS)
     seed: int = 0  # synthetic only
     schema: str | None = None  # CSV / parquet only
     vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)

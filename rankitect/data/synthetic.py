@@ -45,7 +45,7 @@ from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
 from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root
 
 GENERATOR_VERSION = 2  # part of every cache key: bump when the distribution changes
-DEFAULT_ROWS = 60_000
+DEFAULT_ROWS = 200_000  # one epoch of the default trial budget (300 steps x 512 rows, 80% train)
 N_DENSE, N_SPARSE = 13, 26
 N_REQUEST_DENSE, N_REQUEST_SPARSE = 4, 8
 BLOCK_REQUESTS = 1024
