@@ -28,7 +28,9 @@ from rankitect.data.batch import Batch
 from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
-from rankitect.search.supernet_train import CurveLogger, SupernetTrainer, batches, build_supernet, start_child_run
+from rankitect.search.supernet_train import (
+    CurveLogger, SupernetTrainer, batches, build_supernet, frozen, start_child_run,
+)
 from rankitect.search.trial import InlineRunner, TrialPool, trial_output
 from rankitect.space.supernet import Supernet
 
@@ -58,7 +60,7 @@ class ArchStep:
     def __call__(self, batch: Batch, generator: torch.Generator, tau: float) -> dict[str, float]:
         path, relaxed = self.weights.gumbel(generator, tau)
         gates = {label: w[self.supernet.space.choices[label].index(path[label])] for label, w in relaxed.items()}
-        ne = self.trainer.ne(self.supernet(batch, path, gates), batch.labels)
+        ne = self.trainer.ne(self.supernet(batch, path, gates, take=frozen), batch.labels)
         value = self.objective_of(ne, path)
         params = self.weights.arch_parameters()
         # Only the architecture weights learn here: the supernet's weights never see validation data.

@@ -1,8 +1,10 @@
 """What one-shot and DNAS share: training a supernet on paths, scoring a path, logging curves.
 
 The supernet is trained like a candidate (:class:`~rankitect.train.task.RankingTask`): binary
-cross-entropy, row-wise Adagrad on the embedding tables and Adam on everything else. Parameters a
-path does not touch get no gradient (``None``), so their optimizer state stays as it was.
+cross-entropy, row-wise Adagrad on the embedding tables and Adam on everything else. Adam runs on
+the cuts a path uses (:class:`SliceAdam`): each cut is a leaf tensor of the path's own size, and its
+update is written back into its place in the widest weight. A step then costs what the path costs,
+not what the widest blocks weigh, and units the path does not use keep their weights and moments.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.eval.metrics import MetricAccumulator, entropy
 from rankitect.space.supernet import Supernet
+from rankitect.space.supernet_slicing import Index, pick
 from rankitect.train.loop import BatchStream
 from rankitect.train.task import split_parameters
 
@@ -38,6 +41,96 @@ def batches(split: Any, batch_size: int, seed: int) -> Iterator[Batch]:
     return iter(BatchStream(split, batch_size, shuffle=True, seed=seed, repeat=True))
 
 
+def frozen(t: torch.Tensor, *index: Index) -> torch.Tensor:
+    """A cut without gradient into the supernet (architecture steps leave its weights alone)."""
+    return pick(t, *index).detach()
+
+
+def _split(t: torch.Tensor, index: tuple[Index, ...]) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
+    """The prefix cuts of ``t`` as a view, and the gathered axes with their positions."""
+    view, gathered = t, []
+    for dim, idx in enumerate(index):
+        if isinstance(idx, int):
+            view = view.narrow(dim, 0, idx)
+        elif idx is not None:
+            gathered.append((dim, idx))
+    return view, gathered
+
+
+def _read(t: torch.Tensor, index: tuple[Index, ...]) -> torch.Tensor:
+    """A copy of the cut ``pick(t, *index)``."""
+    view, gathered = _split(t, index)
+    if not gathered:
+        return view.clone()
+    for dim, idx in gathered:
+        view = view.index_select(dim, idx)
+    return view
+
+
+def _write(t: torch.Tensor, index: tuple[Index, ...], values: torch.Tensor) -> None:
+    """Put ``values`` where the cut ``pick(t, *index)`` came from."""
+    view, gathered = _split(t, index)
+    _put(view, gathered, values)
+
+
+def _put(view: torch.Tensor, gathered: list[tuple[int, torch.Tensor]], values: torch.Tensor) -> None:
+    if not gathered:
+        view.copy_(values)
+        return
+    (dim, idx), rest = gathered[0], gathered[1:]
+    if not rest:
+        view.index_copy_(dim, idx, values)
+        return
+    inner = view.index_select(dim, idx)  # gather one axis, write the others into it, scatter it back
+    _put(inner, rest, values)
+    view.index_copy_(dim, idx, inner)
+
+
+class SliceAdam:
+    """Adam (Kingma & Ba 2015) on the cuts of the widest weights a step's path used.
+
+    :meth:`take` is the supernet's ``take``: it hands out a leaf copy of each cut and remembers
+    where it came from; :meth:`step` updates the cut and its moments in place. Bias correction
+    counts the steps each weight took part in.
+    """
+
+    def __init__(self, lr: float, *, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0) -> None:
+        if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"SliceAdam: bad settings lr={lr!r}, betas={betas!r}, eps={eps!r}, "
+                             f"weight_decay={weight_decay!r}")
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.state: dict[int, tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
+        self.cuts: list[tuple[torch.Tensor, tuple[Index, ...], torch.Tensor]] = []
+
+    def take(self, t: torch.Tensor, *index: Index) -> torch.Tensor:
+        leaf = _read(t.detach(), index).requires_grad_()
+        self.cuts.append((t, index, leaf))
+        return leaf
+
+    def zero_grad(self) -> None:
+        self.cuts = []
+
+    @torch.no_grad()
+    def step(self) -> None:
+        b1, b2 = self.betas
+        for t, index, leaf in self.cuts:
+            if leaf.grad is None:
+                continue
+            g = leaf.grad if not self.weight_decay else leaf.grad + self.weight_decay * leaf
+            if id(t) not in self.state:  # moments are allocated on a weight's first step, as in Adam
+                self.state[id(t)] = (torch.zeros_like(t), torch.zeros_like(t), [0])
+            m, v, count = self.state[id(t)]
+            count[0] += 1
+            m_cut = _read(m, index).mul_(b1).add_(g, alpha=1 - b1)
+            v_cut = _read(v, index).mul_(b2).addcmul_(g, g, value=1 - b2)
+            _write(m, index, m_cut)
+            _write(v, index, v_cut)
+            denom = (v_cut / (1 - b2 ** count[0])).sqrt_().add_(self.eps)
+            _write(t.data, index, leaf.detach() - (self.lr / (1 - b1 ** count[0])) * m_cut / denom)
+        self.cuts = []
+
+
 class SupernetTrainer:
     """Steps a supernet's weights on training batches, one path per step.
 
@@ -47,13 +140,11 @@ class SupernetTrainer:
         ctr: the training click rate; ``ne`` divides the loss by its entropy.
     """
 
-    def __init__(self, supernet: nn.Module, cfg: TrainConfig, ctr: float) -> None:
+    def __init__(self, supernet: Supernet, cfg: TrainConfig, ctr: float) -> None:
         self.supernet = supernet
-        sparse, dense = split_parameters(supernet)
-        self.optimizers: list[torch.optim.Optimizer] = [
-            RowWiseAdagrad(sparse, lr=cfg.lr_sparse),
-            torch.optim.Adam(dense, lr=cfg.lr_dense, weight_decay=cfg.weight_decay),
-        ]
+        sparse, self.dense = split_parameters(supernet)
+        self.sparse_opt = RowWiseAdagrad(sparse, lr=cfg.lr_sparse)
+        self.dense_opt = SliceAdam(cfg.lr_dense, weight_decay=cfg.weight_decay)
         self.loss_fn = nn.BCEWithLogitsLoss()
         self.base_entropy = entropy(ctr)
         if self.base_entropy <= 0:
@@ -62,14 +153,19 @@ class SupernetTrainer:
 
     def step(self, batch: Batch, path: Path) -> float:
         """One optimizer step on ``batch`` through ``path``; returns the loss."""
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.supernet(batch, path), batch.labels)
+        self.sparse_opt.zero_grad(set_to_none=True)
+        self.dense_opt.zero_grad()
+        loss = self.loss_fn(self.supernet(batch, path, take=self.dense_opt.take), batch.labels)
         if not torch.isfinite(loss):
             raise RuntimeError(f"supernet training diverged: loss {loss.item()} at step {self.steps}")
         loss.backward()
-        for opt in self.optimizers:
-            opt.step()
+        if self.steps == 0:
+            dense = {id(p) for p in self.dense}
+            stray = [n for n, p in self.supernet.named_parameters() if p.grad is not None and id(p) in dense]
+            if stray:  # a weight used without being cut would never be updated
+                raise RuntimeError(f"supernet weights used uncut: {stray[:5]}")
+        self.sparse_opt.step()
+        self.dense_opt.step()
         self.steps += 1
         return float(loss.detach())
 
@@ -127,4 +223,5 @@ def start_child_run(tracker: Any, parent_id: str, name: str, kind: str) -> str:
     return run.info.run_id
 
 
-__all__ = ["CurveLogger", "SupernetTrainer", "batches", "build_supernet", "evaluate_path", "start_child_run"]
+__all__ = ["CurveLogger", "SliceAdam", "SupernetTrainer", "batches", "build_supernet", "evaluate_path", "frozen",
+           "start_child_run"]

@@ -47,7 +47,7 @@ from rankitect.space.space import SearchSpace
 from rankitect.space.supernet_layout import Layout, Role
 from rankitect.space.supernet_presets import layout_for
 from rankitect.space.supernet_shared import SharedBlock, SupernetHead, Value, offset_of, units_of
-from rankitect.space.supernet_slicing import InPos, Params, flat_positions, linear, slice_block
+from rankitect.space.supernet_slicing import InPos, Params, Take, flat_positions, linear, pick, slice_block
 
 Shape = tuple[int, ...]
 Path = Mapping[str, Any]
@@ -60,9 +60,9 @@ class MixedOp(nn.Module):
         super().__init__()
         self.options = nn.ModuleDict(options)
 
-    def forward(self, step: GeneStep, xs: list[torch.Tensor], gates: Mapping[str, torch.Tensor] | None
-                ) -> torch.Tensor:
-        adapter_params, block_params = step.params(self.options[step.option])
+    def forward(self, step: GeneStep, xs: list[torch.Tensor], gates: Mapping[str, torch.Tensor] | None,
+                take: Take = pick) -> torch.Tensor:
+        adapter_params, block_params = step.params(self.options[step.option], take)
         xs = functional_call(step.adapter, adapter_params, (xs,))
         return scale(functional_call(step.block, block_params, tuple(xs)), step.role.gates, gates)
 
@@ -81,12 +81,12 @@ class GeneStep:
     in_pos: InPos
     proj_cols: torch.Tensor | None
 
-    def params(self, shared: SharedBlock) -> tuple[Params, Params]:
-        """The adapter's and the block's weights cut from ``shared`` (differentiable)."""
+    def params(self, shared: SharedBlock, take: Take = pick) -> tuple[Params, Params]:
+        """The adapter's and the block's weights cut from ``shared`` by ``take`` (default: differentiable)."""
         adapter: Params = {}
         if self.proj_cols is not None and shared.proj is not None:
-            adapter = linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols)
-        return adapter, slice_block(self.block.op_name, shared.block, self.block, self.in_pos)[0]
+            adapter = linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols, take)
+        return adapter, slice_block(self.block.op_name, shared.block, self.block, self.in_pos, take)[0]
 
 
 @dataclass
@@ -234,7 +234,8 @@ class Supernet(nn.Module):
 
     # --- running a path ------------------------------------------------------------------------
 
-    def features(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def features(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None,
+                 take: Take = pick) -> torch.Tensor:
         """The head's input of ``path`` on ``batch``: its inputs flattened and concatenated ``(B, W)``."""
         plan = self.plan(path)
         outs: dict[InputRef, torch.Tensor] = {"dense": batch.dense}
@@ -243,19 +244,25 @@ class Supernet(nn.Module):
         for i, step in enumerate(plan.steps):
             xs = [scale(outs[r], g, gates) for r, g in zip(step.inputs, step.role.input_gates or
                                                               [()] * len(step.inputs))]
-            outs[i] = self.ops[step.site](step, xs, gates)
+            outs[i] = self.ops[step.site](step, xs, gates, take)
         feats = [outs[r].reshape(len(batch), -1) for r in plan.arch.head.inputs]  # (B, N, D) -> (B, N*D)
         return torch.cat(feats, dim=1) if len(feats) > 1 else feats[0]
 
-    def head_params(self, path: Path) -> Params:
+    def head_params(self, path: Path, take: Take = pick) -> Params:
         """The weights of ``path``'s head cut from the widest head (names as in ``Head``)."""
         plan = self.plan(path)
-        return self.head.params(plan.head_pos, plan.arch.head.widths)
+        return self.head.params(plan.head_pos, plan.arch.head.widths, take)
 
-    def forward(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
-        """Logits ``(B,)`` of the architecture ``decode(path)`` with weights cut from the supernet."""
+    def forward(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None,
+                take: Take = pick) -> torch.Tensor:
+        """Logits ``(B,)`` of the architecture ``decode(path)`` with weights cut from the supernet.
+
+        ``gates`` scale what each label decides (DNAS); ``take(t, *index)`` cuts each weight (default
+        :func:`~rankitect.space.supernet_slicing.pick`, differentiable into the supernet's weights).
+        """
         plan = self.plan(path)
-        logits = functional_call(plan.head, self.head_params(path), (self.features(batch, path, gates),))
+        features = self.features(batch, path, gates, take)
+        logits = functional_call(plan.head, self.head_params(path, take), (features,))
         return scale(logits, plan.head_gates, gates)
 
     # --- what a path costs and what it is ---------------------------------------------------------

@@ -17,7 +17,7 @@ from torch import nn
 from rankitect.blocks.base import FIELD, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear
 from rankitect.space.supernet_layout import HeadSite, Segments, Site
-from rankitect.space.supernet_slicing import InPos, Params, flat_positions, linear, widest_params
+from rankitect.space.supernet_slicing import InPos, Params, Take, flat_positions, linear, pick, widest_params
 
 Shape = tuple[int, ...]
 
@@ -113,16 +113,16 @@ class SupernetHead(nn.Module):
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.outputs = nn.ModuleDict({str(d): nn.Linear(sizes[d], 1) for d in site.depths})
 
-    def params(self, in_pos: torch.Tensor, widths: tuple[int, ...]) -> Params:
+    def params(self, in_pos: torch.Tensor, widths: tuple[int, ...], take: Take = pick) -> Params:
         """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""
         if str(len(widths)) not in self.outputs:
             raise ValueError(f"supernet head has no output layer for {len(widths)} hidden layers")
         out: Params = {}
         cols: torch.Tensor | int = in_pos
         for i, width in enumerate(widths):
-            out.update(linear(f"mlp.{2 * i}.", self.hidden[i], width, cols))
+            out.update(linear(f"mlp.{2 * i}.", self.hidden[i], width, cols, take))
             cols = width
-        out.update(linear(f"mlp.{2 * len(widths)}.", self.outputs[str(len(widths))], None, cols))
+        out.update(linear(f"mlp.{2 * len(widths)}.", self.outputs[str(len(widths))], None, cols, take))
         return out
 
 

@@ -17,7 +17,7 @@ from rankitect.data.store import ClickData
 from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.oneshot import best_scored, check_oneshot_config, evolve, make_scorer, train_supernet
-from rankitect.search.supernet_train import build_supernet, evaluate_path
+from rankitect.search.supernet_train import SliceAdam, build_supernet, evaluate_path
 from rankitect.space import get_space
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
@@ -34,6 +34,27 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> ClickData:
 
 def space():
     return get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 3})
+
+
+def test_slice_adam_is_adam_on_the_cut_and_leaves_the_rest() -> None:
+    gen = torch.Generator().manual_seed(0)
+    wide = torch.nn.Parameter(torch.randn(6, 5, generator=gen))
+    rows, cols = 4, torch.tensor([4, 0, 2])
+    cut = torch.nn.Parameter(wide.detach()[:rows][:, cols].clone())  # the same sub-problem, as plain Adam sees it
+    adam, sliced = torch.optim.Adam([cut], lr=0.01, weight_decay=0.1), SliceAdam(0.01, weight_decay=0.1)
+    before = wide.detach().clone()
+    x = torch.randn(8, 3, generator=gen)
+    for _ in range(5):
+        adam.zero_grad()
+        (x @ cut.T).square().mean().backward()
+        adam.step()
+        sliced.zero_grad()
+        (x @ sliced.take(wide, rows, cols).T).square().mean().backward()
+        sliced.step()
+    torch.testing.assert_close(wide.detach()[:rows][:, cols], cut.detach(), rtol=1e-6, atol=1e-7)
+    untouched = torch.ones_like(before, dtype=torch.bool)
+    untouched[:rows, cols[:, None]] = False
+    assert torch.equal(wide.detach()[untouched], before[untouched])
 
 
 def test_supernet_training_improves_a_held_out_path(data: ClickData) -> None:
