@@ -72,7 +72,8 @@ class OneShotConfig:
     population: int = 16
     sample_size: int = 4
     children: int = 32  # mutated children scored after the initial population
-    finetune_steps: int = 10  # head-only steps before a child is scored
+    finetune_batches: int = 4  # training batches whose features the head is fine-tuned on
+    finetune_steps: int = 20  # head-only steps over those features before a child is scored
     score_batches: int = 10  # validation batches a child is scored on
     top_k: int = 2  # best scored children retrained from scratch
     log_every: int = 10
@@ -85,7 +86,7 @@ class DnasConfig:
     supernet_steps: int = 300
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
-    arch_lr: float = 0.01
+    arch_lr: float = 0.05
     tau_start: float = 5.0
     tau_end: float = 0.5
     top_k: int = 1  # most probable architectures retrained from scratch

@@ -6,10 +6,11 @@ two explicit optimizers: the weights on training batches through paths drawn fro
 distribution, the architecture weights on validation batches through hard Gumbel-softmax samples
 (temperature annealed from ``tau_start`` to ``tau_end``) against
 
-    objective.torch_value(NE of the batch, expected MFLOPs)
+    objective.torch_value(NE of the batch, MFLOPs)
 
-where the expected FLOPs are differentiable in the choice probabilities (TuNAS ``absolute`` or
-``relaxed`` penalty around ``search.target_mflops``). The most probable architecture (and the next
+with the TuNAS ``absolute`` or ``relaxed`` penalty around ``search.target_mflops``; the penalty's
+gradient comes from the expected FLOPs, differentiable in the choice probabilities
+(:meth:`ArchStep.objective_of`). The most probable architecture (and the next
 ``top_k - 1``) is then retrained from scratch and scored on the test split. The entropy of every
 choice, the expected MFLOPs and the temperature are logged to a ``supernet`` child run in batches.
 """
@@ -61,7 +62,8 @@ class ArchStep:
         path, relaxed = self.weights.gumbel(generator, tau)
         gates = {label: w[self.supernet.space.choices[label].index(path[label])] for label, w in relaxed.items()}
         ne = self.trainer.ne(self.supernet(batch, path, gates, take=frozen), batch.labels)
-        value = self.objective_of(ne, path)
+        sampled = self.supernet.path_flops(path) / 1e6
+        value = self.objective_of(ne, sampled)
         params = self.weights.arch_parameters()
         # Only the architecture weights learn here: the supernet's weights never see validation data.
         grads = torch.autograd.grad(value, params, allow_unused=True)
@@ -72,21 +74,22 @@ class ArchStep:
         with torch.no_grad():
             expected = float(self.expected(self.weights.probs())) / 1e6
         return {"arch/ne": float(ne.detach()), "arch/objective": float(value.detach()),
-                "arch/sample_mflops": self.expected.table(path)[0] / 1e6, "arch/expected_mflops": expected}
+                "arch/sample_mflops": sampled, "arch/expected_mflops": expected}
 
-    def objective_of(self, ne: torch.Tensor, path: dict[str, Any]) -> torch.Tensor:
+    def objective_of(self, ne: torch.Tensor, sampled_mflops: float) -> torch.Tensor:
         """NE plus the FLOPs penalty of the sampled path, with the penalty's gradient in every probability.
 
-        The value is the sample's ``objective.torch_value(ne, C(x))``. Its gradient in ``p_{l,i}`` is
-        ``objective.torch_value(ne, C(x with label l at option i))``: what that option would make of
-        the objective, an unbiased estimate of the gradient of the expected objective (the expected
-        FLOPs ``sum_i p_i C_i`` put through the penalty option by option), so probability flows to
-        the options that meet the target.
+        The value is the sample's ``objective.torch_value(ne, C(x))``. The penalty's gradient comes
+        from the expected FLOPs ``sum_i p_i C_i`` of :class:`ExpectedFlops`, put through the penalty
+        option by option around the most probable path ``m``: in ``p_{l,i}`` it is
+        ``objective.torch_value(ne, C(m with label l at option i))``, what that option would make of
+        the current architecture's objective. Probability flows to the options that bring it to the
+        target; the cost tables change only when ``m`` does.
         """
-        base, costs = self.expected.table(path)
+        value = self.objective.torch_value(ne, torch.tensor(sampled_mflops, dtype=ne.dtype))
+        base, costs = self.expected.table(self.weights.argmax())
         probs = self.weights.probs()
-        value = self.objective.torch_value(ne, torch.tensor(base / 1e6, dtype=ne.dtype))
-        here = value.detach()
+        here = self.objective.torch_value(ne.detach(), torch.tensor(base / 1e6, dtype=ne.dtype))
         pull = torch.zeros((), dtype=ne.dtype)
         for label, c in costs.items():
             options = self.objective.torch_value(ne.detach(), (c / 1e6).to(ne.dtype))  # (n_options,)

@@ -7,8 +7,9 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
    from 1 to 0 at ``warmup_steps``, so every weight gets trained early.
 2. **Regularized evolution** (:class:`~rankitect.search.evolution.RegularizedEvolution`) where each
    child is scored without training it: its weights are cut from the supernet, its head is
-   fine-tuned for ``finetune_steps`` batches on fixed features, and its NE on ``score_batches``
-   validation batches, with the FLOPs penalty, is the objective.
+   fine-tuned for ``finetune_steps`` steps on the features of ``finetune_batches`` fixed training
+   batches, and its NE on ``score_batches`` validation batches, with the FLOPs penalty, is the
+   objective.
 3. **Retraining** of the ``top_k`` best scored children from scratch (``run_trial``): they are the
    search's candidates, with test metrics, next to the baselines in the Pareto table.
 
@@ -45,9 +46,11 @@ def check_oneshot_config(cfg: OneShotConfig) -> None:
     for key in ("supernet_steps", "population", "sample_size", "score_batches", "top_k", "log_every"):
         if getattr(cfg, key) < 1:
             raise ValueError(f"search.oneshot.{key} must be >= 1, got {getattr(cfg, key)!r}")
-    for key in ("warmup_steps", "children", "finetune_steps"):
+    for key in ("warmup_steps", "children", "finetune_batches", "finetune_steps"):
         if getattr(cfg, key) < 0:
             raise ValueError(f"search.oneshot.{key} must be >= 0, got {getattr(cfg, key)!r}")
+    if cfg.finetune_steps and not cfg.finetune_batches:
+        raise ValueError("search.oneshot.finetune_steps needs finetune_batches >= 1")
     if cfg.sample_size > cfg.population:
         raise ValueError(f"search.oneshot.sample_size={cfg.sample_size} exceeds population={cfg.population}")
 
@@ -88,13 +91,14 @@ class ChildScorer:
 
     Args:
         supernet: the trained supernet (left unchanged).
-        finetune: training batches for the head, one step each (the same for every child).
+        finetune: training batches whose features the head is fine-tuned on (the same for every child).
         val: validation batches the child is scored on (the same for every child).
         lr: Adam's learning rate for the head.
+        steps: head steps, one batch's features each, cycling over ``finetune``.
     """
 
-    def __init__(self, supernet: Supernet, finetune: list[Batch], val: list[Batch], lr: float) -> None:
-        self.supernet, self.finetune, self.val, self.lr = supernet, finetune, val, lr
+    def __init__(self, supernet: Supernet, finetune: list[Batch], val: list[Batch], lr: float, steps: int) -> None:
+        self.supernet, self.finetune, self.val, self.lr, self.steps = supernet, finetune, val, lr, steps
         self.loss_fn = nn.BCEWithLogitsLoss()
 
     @torch.no_grad()
@@ -108,11 +112,13 @@ class ChildScorer:
         try:
             head = self.supernet.plan(path).head
             params = {k: v.detach().clone().requires_grad_() for k, v in self.supernet.head_params(path).items()}
-            if self.finetune:
+            if self.finetune and self.steps:
                 opt = torch.optim.Adam(params.values(), lr=self.lr)
-                for feats, batch in zip(self._features(path, self.finetune), self.finetune):
+                feats = self._features(path, self.finetune)  # the body is frozen: its features once
+                for step in range(self.steps):
+                    i = step % len(feats)
                     opt.zero_grad(set_to_none=True)
-                    self.loss_fn(functional_call(head, params, (feats,)), batch.labels).backward()
+                    self.loss_fn(functional_call(head, params, (feats[i],)), self.finetune[i].labels).backward()
                     opt.step()
             acc = MetricAccumulator()
             with torch.no_grad():
@@ -124,12 +130,12 @@ class ChildScorer:
 
 
 def make_scorer(supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: OneShotConfig) -> ChildScorer:
-    """A scorer on the first ``finetune_steps`` shuffled training batches and ``score_batches`` validation ones."""
+    """A scorer on ``finetune_batches`` shuffled training batches and the first ``score_batches`` validation ones."""
     stream = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed + 7)
-    finetune = [next(stream) for _ in range(cfg.finetune_steps)]
+    finetune = [next(stream) for _ in range(cfg.finetune_batches)]
     val_it = data.split("val").batches(train_cfg.batch_size, shuffle=False)
     val = [b for _, b in zip(range(cfg.score_batches), val_it)]
-    return ChildScorer(supernet, finetune, val, train_cfg.lr_dense)
+    return ChildScorer(supernet, finetune, val, train_cfg.lr_dense, cfg.finetune_steps)
 
 
 def evolve(

@@ -109,6 +109,11 @@ def scale(x: torch.Tensor, labels: tuple[str, ...], gates: Mapping[str, torch.Te
     return x
 
 
+def _shape_only(t: torch.Tensor, *index: Any) -> torch.Tensor:
+    """A cut of ``t`` on the meta device: its shape, without copying any weight."""
+    return pick(t.detach().to("meta"), *(i.to("meta") if isinstance(i, torch.Tensor) else i for i in index))
+
+
 def _site_name(key: str) -> tuple[str, str]:
     """``"b3.flat/mlp" -> ("b3_flat", "mlp")``; a site without options has the option ``"only"``."""
     site, _, option = key.partition("/")
@@ -149,6 +154,7 @@ class Supernet(nn.Module):
         self.cache_size = cache_size
         self._plans: OrderedDict[Any, PathPlan] = OrderedDict()
         self._templates: OrderedDict[Any, nn.Module] = OrderedDict()
+        self._flops: OrderedDict[Any, int] = OrderedDict()
 
     # --- planning a path ------------------------------------------------------------------------
 
@@ -172,7 +178,7 @@ class Supernet(nn.Module):
         head_pos = torch.cat(pos)
         head = self._template(("head", len(head_pos), arch.head.widths), lambda: Head(len(head_pos), arch.head.widths))
         plan = PathPlan(arch, steps, head, head_pos, head_gates)
-        self._check(head, self.head.params(head_pos, arch.head.widths), "head")
+        self._check(head, self.head.params(head_pos, arch.head.widths, _shape_only), "head")
         self._plans[key] = plan
         if len(self._plans) > self.cache_size:
             self._plans.popitem(last=False)
@@ -188,10 +194,10 @@ class Supernet(nn.Module):
         shared = self.ops[site].options[option]
         in_pos, proj_cols = shared.positions(inputs, gene.tokens)
         step = GeneStep(site, option, role, gene.inputs, adapter, block, gene.tokens, in_pos, proj_cols)
-        adapter_params, block_params = step.params(shared)
+        adapter_params, (block_params, out_pos) = step.params(shared, _shape_only)[0], slice_block(
+            gene.op, shared.block, block, in_pos, _shape_only)
         self._check(adapter, adapter_params, f"blocks[{i}] adapter")
         self._check(block, block_params, f"blocks[{i}] ({gene.op})")
-        out_pos = slice_block(gene.op, shared.block, block, in_pos)[1]
         if int(out_pos.max()) >= self.port_shapes[role.port][0]:
             raise ValueError(f"supernet: blocks[{i}] writes past the width of port {role.port!r}")
         values[i] = Value(role.port, out_pos, cls.out_kind == FIELD)
@@ -270,9 +276,17 @@ class Supernet(nn.Module):
     def path_flops(self, path: Path) -> int:
         """Forward FLOPs per example of ``decode(path)`` from the blocks' analytic ``flops()``.
 
-        Only sizes are needed (no weights are cut), so costing many paths stays cheap.
+        Only sizes are needed (no weights are cut), so costing many paths stays cheap; costs are cached.
         """
-        arch = self.space.decode(path)
+        key = tuple(sorted(path.items(), key=lambda kv: kv[0]))
+        if key not in self._flops:
+            self._flops[key] = self._arch_flops(self.space.decode(path))
+            if len(self._flops) > 16 * self.cache_size:
+                self._flops.popitem(last=False)
+        self._flops.move_to_end(key)
+        return self._flops[key]
+
+    def _arch_flops(self, arch: Architecture) -> int:
         shapes: dict[InputRef, Shape] = {"sparse": (self.spec.n_sparse, self.dim), "dense": (self.spec.n_dense,)}
         total = 0
         for i, gene in enumerate(arch.blocks):

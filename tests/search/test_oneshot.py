@@ -23,8 +23,8 @@ from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
 
 TRAIN = TrainConfig(batch_size=64, progress=False)
-CFG = OneShotConfig(supernet_steps=80, warmup_steps=20, population=4, sample_size=2, children=4, finetune_steps=4,
-                    score_batches=4)
+CFG = OneShotConfig(supernet_steps=80, warmup_steps=20, population=4, sample_size=2, children=4, finetune_batches=2,
+                    finetune_steps=4, score_batches=4)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +115,8 @@ def test_config_errors_name_the_key() -> None:
         check_oneshot_config(OneShotConfig(population=2, sample_size=3))
     with pytest.raises(ValueError, match="search.oneshot.top_k"):
         check_oneshot_config(OneShotConfig(top_k=0))
+    with pytest.raises(ValueError, match="search.oneshot.finetune_steps"):
+        check_oneshot_config(OneShotConfig(finetune_batches=0))
 
 
 def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -130,7 +132,8 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     code = main(["search", "--strategy", "oneshot", "data.rows=3000", "train.steps=4", "train.batch_size=64",
                  "train.val_every=4", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
                  "search.oneshot.supernet_steps=12", "search.oneshot.warmup_steps=4", "search.oneshot.population=3",
-                 "search.oneshot.sample_size=2", "search.oneshot.children=2", "search.oneshot.finetune_steps=2",
+                 "search.oneshot.sample_size=2", "search.oneshot.children=2", "search.oneshot.finetune_batches=1",
+                 "search.oneshot.finetune_steps=2",
                  "search.oneshot.score_batches=2", "search.oneshot.top_k=2", "search.oneshot.log_every=4",
                  "search.baselines=[dlrm]", "runtime.threads=1"])
     assert code == 0
