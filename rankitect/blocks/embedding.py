@@ -56,6 +56,10 @@ class SparseEmbedding(nn.Module):
             for f in spec.sparse_in_field_order()
         ]
         self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device or torch.get_default_device()))
+        for bag in self.ebc.embedding_bags.values():
+            # Sparse gradients: a step touches only the rows a batch looked up, not every row of
+            # every table (rankitect.train.optim.RowWiseAdagrad updates just those rows).
+            bag.sparse = True
 
     @property
     def out_shape(self) -> tuple[int, int]:

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
@@ -25,6 +24,7 @@ from rankitect.space.supernet import Supernet
 from rankitect.space.supernet_slicing import Index, pick
 from rankitect.train.loop import BatchStream
 from rankitect.train.task import split_parameters
+from rankitect.train.optim import RowWiseAdagrad
 
 Path = Mapping[str, Any]
 

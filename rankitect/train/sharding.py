@@ -328,12 +328,12 @@ def train_distributed(
 def train_reference(arch: Architecture, data: Any, cfg: TrainConfig, *, steps: int | None = None) -> DistributedResult:
     """The single-process run :func:`train_distributed` must match: same batches, seed, optimizers.
 
-    RankingTask's optimizers (torchrec ``RowWiseAdagrad`` on the tables, Adam on the rest) in the
+    RankingTask's optimizers (row-wise Adagrad on the tables, Adam on the rest) in the
     plain loop; no metrics (``metrics`` is empty).
     """
     steps = cfg.steps if steps is None else steps
     model = build_seeded(arch, data.spec, cfg.seed)
-    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+    from rankitect.train.optim import RowWiseAdagrad
 
     sparse, dense = split_parameters(model)
     optimizers: list[torch.optim.Optimizer] = [RowWiseAdagrad(sparse, lr=cfg.lr_sparse, eps=SPARSE_EPS)]

@@ -12,11 +12,11 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.eval.metrics import MetricAccumulator
+from rankitect.train.optim import RowWiseAdagrad
 
 
 class TrialDiverged(RuntimeError):
