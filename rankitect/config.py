@@ -99,6 +99,7 @@ class SearchConfig:
 
     strategy: str = "evolution"
     space: str = "nasrec"
+    rocs: bool = False  # only architectures whose field mixing is ROCS-masked (request side once per request)
     trials: int = 16
     seed: int = 0
     target_mflops: float | None = None

@@ -62,7 +62,7 @@ class SearchRunner:
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
-        self.space = get_space(cfg.search.space)
+        self.space = get_space(cfg.search.space, use_dense=self.data.spec.n_dense > 0, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy = self._make_strategy()
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
@@ -182,12 +182,24 @@ class SearchRunner:
         baseline = record.name if record.kind == "baseline" else None
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result,
                                                {TRIAL_TAG: str(record.number)}, baseline=baseline)
-        if history:
-            from mlflow.entities import Metric
+        from mlflow.entities import Metric
 
-            metrics = [Metric(f"curve/{k.replace('/', '_')}", v, 0, int(h["step"]))
-                       for h in history for k, v in h.items() if k != "step"]
+        metrics = [Metric(f"curve/{k.replace('/', '_')}", v, 0, int(h["step"]))
+                   for h in history for k, v in h.items() if k != "step"]
+        if arch.rocs:
+            metrics += [Metric(k, v, 0, 0) for k, v in self._rocs_mflops(arch).items()]
+        if metrics:
             self.tracker.client.log_batch(record.run_id, metrics=metrics)
+
+    def _rocs_mflops(self, arch: Architecture) -> dict[str, float]:
+        """FLOPs of ROCS serving at this data's mean candidates per request, beside per example."""
+        from rankitect.serve.rocs import rocs_flops
+
+        test = self.data.split("test")
+        per_req = len(test) / max(1, test.n_requests)
+        per_example, per_request = rocs_flops(arch, self.data.spec, per_req)
+        return {"rocs/mflops_per_example": per_example / 1e6, "rocs/mflops_per_request": per_request / 1e6,
+                "rocs/candidates_per_request": per_req}
 
     def _reconcile(self) -> None:
         """Log trials the checkpoint holds but MLflow may not (killed between the two writes)."""
