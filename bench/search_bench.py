@@ -23,10 +23,10 @@ from dataclasses import replace
 
 import torch
 from torch import nn
-from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from rankitect.config import load_config
 from rankitect.data import open_data
+from rankitect.eval.evaluate import evaluate
 from rankitect.search.base import TrialResult
 from rankitect.search.runner import SearchRunner
 from rankitect.search.trial import run_trial
@@ -34,11 +34,13 @@ from rankitect.space import build_model, cost
 from rankitect.space.baselines import get_baseline
 from rankitect.track import Tracker
 from rankitect.train.loop import BatchStream, score
+from rankitect.train.optim import RowWiseAdagrad
 from rankitect.train.task import split_parameters
 
 
 def bare_trial(arch, data, cfg) -> dict[str, float]:
-    """Train with a plain loop (same optimizers, same batches), then score like the runner."""
+    """Train with a plain loop (same optimizers, batches and in-training validations), then score
+    like the runner: the difference is what Lightning and MLflow add."""
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = build_model(arch, data.spec)
@@ -46,7 +48,7 @@ def bare_trial(arch, data, cfg) -> dict[str, float]:
     opts = [RowWiseAdagrad(sparse, lr=cfg.lr_sparse), torch.optim.Adam(dense, lr=cfg.lr_dense)]
     loss_fn = nn.BCEWithLogitsLoss()
     stream = iter(BatchStream(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True))
-    for _ in range(cfg.steps):
+    for step in range(cfg.steps):
         batch = next(stream)
         loss = loss_fn(model(batch), batch.labels)
         for o in opts:
@@ -54,6 +56,8 @@ def bare_trial(arch, data, cfg) -> dict[str, float]:
         loss.backward()
         for o in opts:
             o.step()
+        if (step + 1) % cfg.val_every == 0:  # the runner validates here too (divergence guard)
+            evaluate(model, data.split("val").batches(cfg.batch_size, shuffle=False), cfg.val_batches)
     return score(model, data, cfg)
 
 
