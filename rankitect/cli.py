@@ -12,9 +12,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from rankitect.cli_models import cmd_export, cmd_finetune, cmd_probe, cmd_train, set_threads
 from rankitect.config import Config, load_config
 from rankitect.errors import UserError
 
@@ -79,7 +79,7 @@ def _print_description(desc: dict[str, Any]) -> None:
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.search.runner import SearchRunner
 
-    _set_threads(cfg)
+    set_threads(cfg)
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
         print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "
               "fp32 (a cold compile costs more than a few hundred steps save: bench/runtime_bench.py)")
@@ -128,189 +128,6 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
     print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}; rankitect ui)")
 
 
-def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
-    from rankitect.data import open_data
-    from rankitect.search.base import TrialResult
-    from rankitect.space.flops import cost
-    from rankitect.track import Tracker
-    from rankitect.train.loop import train_architecture
-
-    _set_threads(cfg)
-    if cfg.runtime.sharding == "torchrec":
-        return _train_sharded(args, cfg)
-    data = open_data(cfg.data.source, cfg.data, progress=True)
-    arch = _load_arch(args.arch, data.spec)
-    c = cost(arch, data.spec)
-    print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
-    out = train_architecture(arch, data, cfg.train, runtime=cfg.runtime)
-    result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"})
-    _attach_weights(tracker, run_id, out.model, data.spec)
-    for k, v in sorted(out.metrics.items()):
-        print(f"{k:18s} {v:.4f}")
-    print(f"MLflow run: {run_id}")
-    return 0
-
-
-def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
-    """``rankitect train`` with torchrec-sharded tables, one process per rank under torchrun."""
-    from rankitect.search.base import TrialResult
-    from rankitect.space.flops import cost
-    from rankitect.train.sharding import init_distributed, open_data_in_turn, shutdown, train_distributed
-
-    env = init_distributed(cfg.runtime.device)
-    try:
-        data = open_data_in_turn(env, cfg.data.source, cfg.data)
-        arch = _load_arch(args.arch, data.spec)
-        c = cost(arch, data.spec)
-        if env.is_main:
-            print(f"training {arch.hash} on {env.world_size} rank(s), tables sharded by torchrec: "
-                  f"{c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
-        out = train_distributed(arch, data, cfg.train, env)
-        if env.is_main:
-            from rankitect.track import Tracker
-
-            print(out.plan)
-            result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params,
-                                              train_seconds=out.train_seconds)
-            tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-            run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
-                                                            "rankitect.world_size": str(env.world_size)})
-            _log_loss_curve(tracker, run_id, out.losses)
-            print(f"train/loss first {out.losses[0]:.4f} last {out.losses[-1]:.4f} ({out.steps} steps)")
-            for k, v in sorted(out.metrics.items()):
-                print(f"{k:18s} {v:.4f}")
-            print(f"MLflow run: {run_id}")
-    finally:
-        shutdown(env)
-    return 0
-
-
-def _log_loss_curve(tracker: Any, run_id: str, losses: list[float]) -> None:
-    import time
-
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    tracker.client.log_batch(run_id, metrics=[Metric("train/loss", v, now, i) for i, v in enumerate(losses)])
-
-
-def _attach_weights(tracker: Any, run_id: str, model: Any, spec: Any) -> None:
-    import tempfile
-
-    import torch
-
-    with tempfile.TemporaryDirectory() as tmp:
-        weights, spec_file = Path(tmp) / "w.pt", Path(tmp) / "spec.json"
-        torch.save(model.state_dict(), weights)
-        spec.save(spec_file)
-        tracker.log_model_files(run_id, weights, spec_file)
-
-
-def _load_arch(ref: str, spec: Any) -> Any:
-    from rankitect.space.architecture import Architecture
-
-    if ref.startswith("baseline:"):
-        from rankitect.space.baselines import BASELINES, get_baseline
-
-        name = ref.split(":", 1)[1]
-        if name not in BASELINES:
-            raise UserError(f"--arch {ref}: unknown baseline {name!r}; known: {sorted(BASELINES)}")
-        return get_baseline(name, spec)
-    path = Path(ref)
-    if not path.is_file():
-        raise UserError(f"--arch {ref}: no such file (give a genotype JSON or baseline:NAME)")
-    try:
-        return Architecture.from_json(path.read_text())
-    except (ValueError, TypeError, KeyError) as e:
-        raise UserError(f"{path}: not a valid genotype: {e}") from None
-
-
-def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
-    import tempfile
-
-    from rankitect.export import export_from_files
-    from rankitect.track import Tracker
-
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    with tempfile.TemporaryDirectory() as tmp:
-        files = tracker.fetch_model_files(args.run_id, tmp)
-        out = export_from_files(files.genotype, files.spec, files.weights, args.output)
-    print(f"exported run {files.run_id} to {out} (model.py imports only torch: load(directory) gives the module)")
-    return 0
-
-
-def cmd_finetune(args: argparse.Namespace, cfg: Config) -> int:
-    from rankitect.data import open_data
-    from rankitect.export.finetune import finetune
-    from rankitect.track import Tracker
-
-    _set_threads(cfg)
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    data = open_data(cfg.data.source, cfg.data, progress=True)
-    outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch, runtime=cfg.runtime)
-    print(f"{'metric':18s} {'before':>8s} {'after':>8s}")
-    for k in ("test/ne", "test/auc", "test/logloss", "val/ne"):
-        print(f"{k:18s} {outcome.before[k]:8.4f} {outcome.after[k]:8.4f}")
-    print(f"MLflow run: {outcome.run_id} (fine-tuned from {outcome.source_run_id})")
-    return 0
-
-
-def cmd_probe(args: argparse.Namespace, cfg: Config) -> int:
-    from itertools import islice
-
-    from rankitect.data import open_data
-    from rankitect.train.fp8 import probe_model
-
-    _set_threads(cfg)
-    data = open_data(cfg.data.source, cfg.data, progress=True)
-    model, what = _probe_target(args, cfg, data)
-    batches = data.split("train").batches(cfg.train.batch_size, shuffle=True, seed=cfg.train.seed)
-    report = probe_model(model, islice(batches, args.batches), threshold=cfg.runtime.fp8_threshold,
-                         scaling=cfg.runtime.fp8_scaling)
-    print(f"FP8 probe of {what}: relative error of each linear's output with weights and inputs in "
-          "float8_e4m3fn (emulated)")
-    print(report.table().to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(report.summary())
-    return 0
-
-
-def _probe_target(args: argparse.Namespace, cfg: Config, data: Any) -> tuple[Any, str]:
-    """The model to probe: a genotype file or baseline (random init, or ``--steps`` of training
-    first), else a tracked run's trained weights."""
-    import tempfile
-
-    import torch
-
-    from rankitect.space import build_model
-
-    target = args.target
-    if target.startswith("baseline:") or target.endswith(".json") or Path(target).is_file():
-        arch = _load_arch(target, data.spec)
-        if args.steps:
-            from dataclasses import replace
-
-            from rankitect.train.loop import train_architecture
-
-            out = train_architecture(arch, data, replace(cfg.train, steps=args.steps))
-            return out.model, f"{target} ({arch.hash}) after {args.steps} training steps"
-        with torch.random.fork_rng():
-            torch.manual_seed(cfg.train.seed)
-            return build_model(arch, data.spec), f"{target} ({arch.hash}, random init)"
-    from rankitect.data.spec import FeatureSpec
-    from rankitect.export.finetune import check_same_features
-    from rankitect.space.architecture import Architecture
-    from rankitect.track import Tracker
-
-    with tempfile.TemporaryDirectory() as tmp:
-        files = Tracker(cfg.track.uri, cfg.track.experiment).fetch_model_files(target, tmp)
-        check_same_features(FeatureSpec.load(files.spec), data.spec, f"probe {target}")
-        model = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
-        model.load_state_dict(torch.load(files.weights, weights_only=True))
-    return model, f"run {files.run_id}"
-
-
 def cmd_runs(args: argparse.Namespace, cfg: Config) -> int:
     import pandas as pd
 
@@ -339,13 +156,6 @@ def cmd_ui(args: argparse.Namespace, cfg: Config) -> int:
     print(f"MLflow UI for {resolve_uri(cfg.track.uri)}: searches and their candidates at "
           f"http://{args.host}:{args.port}/#/experiments/{experiment}/runs (Ctrl-C stops it)")
     return subprocess.call(argv, env=env)
-
-
-def _set_threads(cfg: Config) -> None:
-    if cfg.runtime.threads > 0:
-        import torch
-
-        torch.set_num_threads(cfg.runtime.threads)
 
 
 # --- parser -------------------------------------------------------------------------------------
