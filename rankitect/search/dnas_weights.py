@@ -131,6 +131,7 @@ class ArchitectureWeights(nn.Module):
                 out.append(path)
         return out[:k]
 
+    @torch.no_grad()
     def to_dict(self) -> dict[str, list[float]]:
         """The probabilities as plain data (for logging)."""
         return {label: [round(float(v), 6) for v in p] for label, p in self.probs().items()}

@@ -83,10 +83,14 @@ class GeneStep:
 
     def params(self, shared: SharedBlock, take: Take = pick) -> tuple[Params, Params]:
         """The adapter's and the block's weights cut from ``shared`` by ``take`` (default: differentiable)."""
-        adapter: Params = {}
-        if self.proj_cols is not None and shared.proj is not None:
-            adapter = linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols, take)
-        return adapter, slice_block(self.block.op_name, shared.block, self.block, self.in_pos, take)[0]
+        return self.adapter_params(shared, take), slice_block(
+            self.block.op_name, shared.block, self.block, self.in_pos, take)[0]
+
+    def adapter_params(self, shared: SharedBlock, take: Take = pick) -> Params:
+        """The projection of a field op's flat inputs to tokens: first ``tokens * D`` rows, their columns."""
+        if self.proj_cols is None or shared.proj is None:
+            return {}
+        return linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols, take)
 
 
 @dataclass
@@ -112,6 +116,11 @@ def scale(x: torch.Tensor, labels: tuple[str, ...], gates: Mapping[str, torch.Te
 def _shape_only(t: torch.Tensor, *index: Any) -> torch.Tensor:
     """A cut of ``t`` on the meta device: its shape, without copying any weight."""
     return pick(t.detach().to("meta"), *(i.to("meta") if isinstance(i, torch.Tensor) else i for i in index))
+
+
+def _key(path: Path) -> tuple[tuple[str, Any], ...]:
+    """A hashable key of a path (its items in label order)."""
+    return tuple(sorted(path.items(), key=lambda kv: kv[0]))
 
 
 def _site_name(key: str) -> tuple[str, str]:
@@ -155,16 +164,17 @@ class Supernet(nn.Module):
         self._plans: OrderedDict[Any, PathPlan] = OrderedDict()
         self._templates: OrderedDict[Any, nn.Module] = OrderedDict()
         self._flops: OrderedDict[Any, int] = OrderedDict()
+        self._decoded: OrderedDict[Any, Architecture] = OrderedDict()
 
     # --- planning a path ------------------------------------------------------------------------
 
     def plan(self, path: Path) -> PathPlan:
         """The steps of ``path`` (cached): decode, roles, template modules and weight positions."""
-        key = tuple(sorted(path.items(), key=lambda kv: kv[0]))
+        key = _key(path)
         if key in self._plans:
             self._plans.move_to_end(key)
             return self._plans[key]
-        arch = self.space.decode(path)
+        arch = self._decode(path, key)
         if arch.rocs:
             raise ValueError("supernet: ROCS-masked architectures are not supported")
         roles, head_gates = self.layout.roles(path, arch)
@@ -176,7 +186,8 @@ class Supernet(nn.Module):
         pos = [offset_of(self.head.offsets, v.port, "head")
                + (flat_positions(v.pos, self.dim) if v.is_field else v.pos) for v in head_inputs]
         head_pos = torch.cat(pos)
-        head = self._template(("head", len(head_pos), arch.head.widths), lambda: Head(len(head_pos), arch.head.widths))
+        head = self._template(("head", len(head_pos), arch.head.widths),
+                              lambda: Head(len(head_pos), arch.head.widths))
         plan = PathPlan(arch, steps, head, head_pos, head_gates)
         self._check(head, self.head.params(head_pos, arch.head.widths, _shape_only), "head")
         self._plans[key] = plan
@@ -194,9 +205,8 @@ class Supernet(nn.Module):
         shared = self.ops[site].options[option]
         in_pos, proj_cols = shared.positions(inputs, gene.tokens)
         step = GeneStep(site, option, role, gene.inputs, adapter, block, gene.tokens, in_pos, proj_cols)
-        adapter_params, (block_params, out_pos) = step.params(shared, _shape_only)[0], slice_block(
-            gene.op, shared.block, block, in_pos, _shape_only)
-        self._check(adapter, adapter_params, f"blocks[{i}] adapter")
+        block_params, out_pos = slice_block(gene.op, shared.block, block, in_pos, _shape_only)
+        self._check(adapter, step.adapter_params(shared, _shape_only), f"blocks[{i}] adapter")
         self._check(block, block_params, f"blocks[{i}] ({gene.op})")
         if int(out_pos.max()) >= self.port_shapes[role.port][0]:
             raise ValueError(f"supernet: blocks[{i}] writes past the width of port {role.port!r}")
@@ -278,13 +288,22 @@ class Supernet(nn.Module):
 
         Only sizes are needed (no weights are cut), so costing many paths stays cheap; costs are cached.
         """
-        key = tuple(sorted(path.items(), key=lambda kv: kv[0]))
+        key = _key(path)
         if key not in self._flops:
-            self._flops[key] = self._arch_flops(self.space.decode(path))
+            self._flops[key] = self._arch_flops(self._decode(path, key))
             if len(self._flops) > 16 * self.cache_size:
                 self._flops.popitem(last=False)
         self._flops.move_to_end(key)
         return self._flops[key]
+
+    def _decode(self, path: Path, key: Any) -> Architecture:
+        """``space.decode(path)``, remembered for the paths most recently planned or costed."""
+        if key not in self._decoded:
+            self._decoded[key] = self.space.decode(path)
+            if len(self._decoded) > self.cache_size:
+                self._decoded.popitem(last=False)
+        self._decoded.move_to_end(key)
+        return self._decoded[key]
 
     def _arch_flops(self, arch: Architecture) -> int:
         shapes: dict[InputRef, Shape] = {"sparse": (self.spec.n_sparse, self.dim), "dense": (self.spec.n_dense,)}
