@@ -95,9 +95,9 @@ def test_objective_of_a_sample_pulls_towards_a_relaxed_target(data: ClickData) -
 
 
 def run_dnas(
-    data: ClickData, objective: Objective, seed: int = 0, steps: int = 60
+    data: ClickData, objective: Objective, seed: int = 0, steps: int = 60, space=None
 ) -> tuple[Supernet, ArchitectureWeights]:
-    supernet = build_supernet(three_slots(), data.spec, seed)
+    supernet = build_supernet(space or three_slots(), data.spec, seed)
     cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3)
     return supernet, dnas_search(supernet, data, TRAIN, cfg, objective, seed=seed)
 
@@ -107,9 +107,11 @@ def median_cost(space, spec) -> float:
     return float(np.median([supernet.path_flops(space.sample(np.random.default_rng(i))) for i in range(100)]))
 
 
-def test_large_absolute_penalty_lands_within_ten_percent_of_the_target(data: ClickData) -> None:
-    target = median_cost(three_slots(), data.spec) / 1e6
-    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="absolute", weight=5.0))
+@pytest.mark.parametrize("preset", ["nasrec", "engineer"])
+def test_large_absolute_penalty_lands_within_ten_percent_of_the_target(data: ClickData, preset: str) -> None:
+    space = three_slots() if preset == "nasrec" else small_space("engineer")
+    target = median_cost(space, data.spec) / 1e6
+    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="absolute", weight=5.0), space=space)
     derived = supernet.path_flops(weights.argmax()) / 1e6
     assert abs(derived / target - 1) <= 0.10, (derived, target)
 
