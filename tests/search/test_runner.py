@@ -174,3 +174,14 @@ def test_two_processes_share_one_sqlite_study(env: dict[str, str], tmp_path: Pat
     assert sorted(r.data.tags["genotype_hash"] for r in runs) == sorted(hashes)
     per_process = [o.count("] ") for o, _ in outs]
     assert sum(per_process) == 4 and min(per_process) >= 1, per_process
+
+
+def test_local_process_pool_runs_every_trial_once(env: dict[str, str]) -> None:
+    cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=3", "search.baselines=[dlrm]",
+                                 "search.workers=2"])
+    outcome = SearchRunner(cfg, echo=lambda s: None).run()
+    runs = _children(outcome.parent_run_id)
+    assert sorted(r.data.tags["rankitect.kind"] for r in runs) == ["baseline", "candidate", "candidate", "candidate"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert len({r.data.tags["genotype_hash"] for r in runs}) == 4
+    assert (outcome.out_dir / "weights" / "dlrm.pt").is_file()  # written by a worker process
