@@ -17,6 +17,7 @@ For DNAS, ``gates`` maps labels to scalars (straight-through Gumbel-softmax samp
 >>> from rankitect.space.testing import tiny_batch, tiny_spec
 >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
 >>> supernet = Supernet(space, tiny_spec())
+>>> _ = [torch.nn.init.normal_(p) for p in supernet.head.parameters()]  # the output layers start at 0
 >>> path = space.sample(np.random.default_rng(0))
 >>> batch = tiny_batch(tiny_spec(), 3)
 >>> torch.allclose(supernet(batch, path), supernet.extract(path)(batch), atol=1e-6)

@@ -104,7 +104,12 @@ class SharedBlock(nn.Module):
 
 
 class SupernetHead(nn.Module):
-    """The head at its widest: hidden layers of the widest widths, one output layer per depth."""
+    """The head at its widest: hidden layers of the widest widths, one output layer per depth.
+
+    The output layers start at zero, so every path starts from one constant prediction. Randomly
+    initialized, paths whose head reads large unnormalized features (dot products, FM) start with
+    an NE far above 1, and their gradients swamp the weights every other path shares.
+    """
 
     def __init__(self, site: HeadSite, shapes: Mapping[str, Shape]) -> None:
         super().__init__()
@@ -112,6 +117,9 @@ class SupernetHead(nn.Module):
         sizes = [units, *site.widths]
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.outputs = nn.ModuleDict({str(d): nn.Linear(sizes[d], 1) for d in site.depths})
+        for out in self.outputs.values():
+            nn.init.zeros_(out.weight)
+            nn.init.zeros_(out.bias)
 
     def params(self, in_pos: torch.Tensor, widths: tuple[int, ...], take: Take = pick) -> Params:
         """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""

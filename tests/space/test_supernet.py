@@ -84,7 +84,7 @@ def test_an_input_keeps_its_columns_whatever_else_is_read(spec: FeatureSpec) -> 
 @pytest.mark.parametrize("preset", ["nasrec", "engineer"])
 def test_unit_gates_change_nothing_and_carry_gradient(preset: str, spec: FeatureSpec) -> None:
     space = small_space(preset)
-    supernet = Supernet(space, spec)
+    supernet = perturbed(Supernet(space, spec), 3)
     batch = tiny_batch(spec, 8)
     path = supernet.widest_path(np.random.default_rng(4))
     gates = {label: torch.ones((), requires_grad=True) for label in space.choices}
@@ -98,7 +98,7 @@ def test_unit_gates_change_nothing_and_carry_gradient(preset: str, spec: Feature
 
 def test_extract_accepts_an_architecture_and_rejects_foreign_ones(spec: FeatureSpec) -> None:
     space = small_space("nasrec")
-    supernet = Supernet(space, spec)
+    supernet = perturbed(Supernet(space, spec), 4)
     path = space.sample(np.random.default_rng(5))
     arch = space.decode(path)
     batch = tiny_batch(spec, 4)
