@@ -134,40 +134,71 @@ class SliceAdam:
 class SupernetTrainer:
     """Steps a supernet's weights on training batches, one path per step.
 
+    Paths differ wildly in activation scale (stacks of unnormalized dot products, FMs and linear
+    maps), and one path's exploding step would inflate the optimizer state of every weight it
+    shares (Adam's and Adagrad's squared-gradient averages), freezing them for thousands of steps.
+    So a step whose batch NE exceeds ``max_ne`` (or is not finite) is skipped, and gradients are
+    clipped to a global norm of ``max_grad_norm``.
+
     Args:
         supernet: the model whose weights are trained.
         cfg: learning rates and weight decay (those of candidate training).
         ctr: the training click rate; ``ne`` divides the loss by its entropy.
+        max_ne: batch NE above which a path takes no step.
+        max_grad_norm: global gradient norm a step is clipped to.
+        patience: consecutive skipped steps after which training counts as diverged.
     """
 
-    def __init__(self, supernet: Supernet, cfg: TrainConfig, ctr: float) -> None:
+    def __init__(self, supernet: Supernet, cfg: TrainConfig, ctr: float, *, max_ne: float = 10.0,
+                 max_grad_norm: float = 1.0, patience: int = 50) -> None:
         self.supernet = supernet
         sparse, self.dense = split_parameters(supernet)
+        self.sparse = sparse
         self.sparse_opt = RowWiseAdagrad(sparse, lr=cfg.lr_sparse)
         self.dense_opt = SliceAdam(cfg.lr_dense, weight_decay=cfg.weight_decay)
         self.loss_fn = nn.BCEWithLogitsLoss()
         self.base_entropy = entropy(ctr)
         if self.base_entropy <= 0:
             raise ValueError(f"the training click rate {ctr!r} has no entropy: NE is undefined")
-        self.steps = 0
+        self.max_ne, self.max_grad_norm, self.patience = max_ne, max_grad_norm, patience
+        self.steps, self.skipped, self._in_a_row = 0, 0, 0
 
     def step(self, batch: Batch, path: Path) -> float:
-        """One optimizer step on ``batch`` through ``path``; returns the loss."""
+        """One optimizer step on ``batch`` through ``path`` (none if it explodes); returns the loss."""
         self.sparse_opt.zero_grad(set_to_none=True)
         self.dense_opt.zero_grad()
         loss = self.loss_fn(self.supernet(batch, path, take=self.dense_opt.take), batch.labels)
-        if not torch.isfinite(loss):
-            raise RuntimeError(f"supernet training diverged: loss {loss.item()} at step {self.steps}")
+        value = float(loss.detach())
+        self.steps += 1
+        if not math.isfinite(value) or value > self.max_ne * self.base_entropy:
+            self.skipped += 1
+            self._in_a_row += 1
+            if self._in_a_row >= self.patience:
+                raise RuntimeError(f"supernet training diverged: {self.patience} paths in a row above "
+                                   f"NE {self.max_ne} (last loss {value}) at step {self.steps}")
+            self.dense_opt.zero_grad()
+            return value
+        self._in_a_row = 0
         loss.backward()
-        if self.steps == 0:
+        if self.steps == 1:
             dense = {id(p) for p in self.dense}
             stray = [n for n, p in self.supernet.named_parameters() if p.grad is not None and id(p) in dense]
             if stray:  # a weight used without being cut would never be updated
                 raise RuntimeError(f"supernet weights used uncut: {stray[:5]}")
+        self._clip([leaf.grad for _, _, leaf in self.dense_opt.cuts] + [p.grad for p in self.sparse])
         self.sparse_opt.step()
         self.dense_opt.step()
-        self.steps += 1
-        return float(loss.detach())
+        return value
+
+    @torch.no_grad()
+    def _clip(self, grads: list[torch.Tensor | None]) -> None:
+        """Scale ``grads`` (dense, or sparse embedding rows) down to a global norm of ``max_grad_norm``."""
+        grads = [g for g in grads if g is not None]
+        squares = [(g.coalesce().values() if g.is_sparse else g).square().sum() for g in grads]
+        norm = float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+        if norm > self.max_grad_norm:
+            for g in grads:
+                g.mul_(self.max_grad_norm / norm)
 
     def ne(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Differentiable NE of a batch: its mean log loss over the entropy of the training rate."""

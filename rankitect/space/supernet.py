@@ -343,13 +343,12 @@ class Supernet(nn.Module):
         return model
 
     def widest_path(self, rng: np.random.Generator) -> dict[str, Any]:
-        """A path through the widest options: the largest number, ``True`` for a switch, else uniform."""
+        """A path through the widest options: every numeric choice (width, tokens, rank, depth) at its
+        largest, every other choice (ops, inputs, switches) drawn uniformly."""
         path = self.space.sample(rng)
         for label, choice in self.space.choices.items():
             opts = choice.options
-            if all(isinstance(o, bool) for o in opts):
-                path[label] = True if True in opts else opts[0]
-            elif all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts):
+            if all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts):
                 path[label] = max(opts)
         return path
 

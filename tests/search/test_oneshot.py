@@ -17,7 +17,7 @@ from rankitect.data.store import ClickData
 from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.oneshot import best_scored, check_oneshot_config, evolve, make_scorer, train_supernet
-from rankitect.search.supernet_train import SliceAdam, build_supernet, evaluate_path
+from rankitect.search.supernet_train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path
 from rankitect.space import get_space
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
@@ -55,6 +55,23 @@ def test_slice_adam_is_adam_on_the_cut_and_leaves_the_rest() -> None:
     untouched = torch.ones_like(before, dtype=torch.bool)
     untouched[:rows, cols[:, None]] = False
     assert torch.equal(wide.detach()[untouched], before[untouched])
+
+
+def test_an_exploding_path_takes_no_step_and_a_sane_one_is_clipped(data: ClickData) -> None:
+    supernet = build_supernet(space(), data.spec, 0)
+    trainer = SupernetTrainer(supernet, TRAIN, data.split("train").ctr, max_ne=10.0, max_grad_norm=0.5)
+    batch = next(data.split("train").batches(64, shuffle=False))
+    path = space().sample(np.random.default_rng(0))
+    with torch.no_grad():
+        for p in supernet.head.parameters():
+            p.fill_(50.0)  # logits in the thousands: NE far above 10
+    before = {k: v.clone() for k, v in supernet.state_dict().items()}
+    assert trainer.step(batch, path) > 10 * trainer.base_entropy
+    assert trainer.skipped == 1 and all(torch.equal(v, before[k]) for k, v in supernet.state_dict().items())
+    dense, rows = torch.full((3,), 4.0), torch.sparse_coo_tensor([[1]], [[3.0, 0.0]], (5, 2))
+    trainer._clip([dense, rows, None])  # |(4, 4, 4, 3)| = 7.5 -> 0.5
+    norm = (dense.square().sum() + rows.coalesce().values().square().sum()).sqrt()
+    assert float(norm) == pytest.approx(0.5)
 
 
 def test_supernet_training_improves_a_held_out_path(data: ClickData) -> None:
