@@ -70,6 +70,8 @@ class ArchStep:
         self.optimizer.zero_grad(set_to_none=True)
         for p, g in zip(params, grads):
             p.grad = torch.zeros_like(p) if g is None else g
+        # An exploding path's NE would otherwise flood Adam's second moments for every later step.
+        torch.nn.utils.clip_grad_norm_(params, self.trainer.max_grad_norm)
         self.optimizer.step()
         with torch.no_grad():
             expected = float(self.expected(self.weights.probs())) / 1e6
