@@ -118,7 +118,8 @@ def dnas_search(
     val_it: Iterator[Batch] = batches(data.split("val"), train_cfg.batch_size, train_cfg.seed + 1)
     bar = tqdm(range(cfg.supernet_steps), desc="dnas", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        row = {"train/loss": trainer.step(next(train_it), weights.sample(generator))}
+        row = {"train/loss": trainer.step(next(train_it), weights.sample(generator)),
+               "train/skipped": float(trainer.skipped)}
         tau = tau_at(step, cfg.supernet_steps, cfg.tau_start, cfg.tau_end)
         if step >= cfg.warmup_steps and (step - cfg.warmup_steps) % cfg.arch_every == 0:
             row.update(arch_step(next(val_it), generator, tau))

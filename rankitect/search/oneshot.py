@@ -19,6 +19,7 @@ The supernet's training curve is a ``supernet`` child run; every scored child a 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -72,17 +73,21 @@ def train_supernet(
     rng = np.random.default_rng(seed)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
     stream = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
-    losses = []
+    losses, taken = [], []
     bar = tqdm(range(cfg.supernet_steps), desc="supernet", disable=not progress, dynamic_ncols=True)
     for step in bar:
         p_widest = widest_probability(step, cfg.warmup_steps)
         path = supernet.widest_path(rng) if rng.random() < p_widest else supernet.space.sample(rng)
+        skipped = trainer.skipped
         losses.append(trainer.step(next(stream), path))
+        taken.append(trainer.skipped == skipped)
         if step % cfg.log_every == 0 or step == cfg.supernet_steps - 1:
-            window = float(np.mean(losses[-cfg.log_every:]))
-            bar.set_postfix(loss=f"{window:.4f}")
+            window = [loss for loss, ok in zip(losses[-cfg.log_every:], taken[-cfg.log_every:]) if ok]
+            row = {"train/loss": float(np.mean(window)) if window else math.nan,
+                   "train/skipped": 1.0 - float(np.mean(taken[-cfg.log_every:])), "train/p_widest": p_widest}
+            bar.set_postfix(loss=f"{row['train/loss']:.4f}", skipped=trainer.skipped)
             if curves is not None:
-                curves.log(step, {"train/loss": window, "train/p_widest": p_widest})
+                curves.log(step, row)
     return losses
 
 
@@ -150,8 +155,9 @@ def evolve(
         except SpaceExhausted:
             break
         path = supernet.as_path(arch)
-        metrics = scorer(path)
-        result = TrialResult(val_ne=metrics["ne"], test_ne=None, mflops=supernet.path_flops(path) / 1e6)
+        metrics, mflops = scorer(path), supernet.path_flops(path) / 1e6
+        result = (TrialResult(val_ne=metrics["ne"], mflops=mflops) if math.isfinite(metrics["ne"])
+                  else TrialResult.failure(f"inherited NE is {metrics['ne']}", mflops=mflops))
         strategy.tell(arch, result)
         scored.append((arch, result))
         if on_scored is not None:
