@@ -13,8 +13,9 @@ import pytest
 from rankitect.data import criteo
 from rankitect.data.criteo import read_criteo
 from rankitect.errors import DataError
+from tests.paths import CRITEO_SAMPLE
 
-SAMPLE = Path("/work/shared/data/criteo_sample.tsv")
+SAMPLE = CRITEO_SAMPLE
 SPLITS = ("train", "val", "test")
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from rankitect.data import describe, open_data
 from rankitect.errors import DataError
+from tests.paths import CRITEO_SAMPLE
 
-SAMPLE = Path("/work/shared/data/criteo_sample.tsv")
+SAMPLE = CRITEO_SAMPLE
 
 
 @dataclass
