@@ -204,7 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     finetune = sub.add_parser("finetune", help="train a tracked model further, as a new run")
     finetune.add_argument("run_id", help="a candidate's or baseline's run id, or a search run (its winner)")
     finetune.add_argument("--steps", type=int, help="training steps (default: train.steps)")
-    finetune.add_argument("--from-scratch", action="store_true", help="re-initialize instead of loading weights")
+    start = finetune.add_mutually_exclusive_group()
+    start.add_argument("--from-scratch", action="store_true", help="re-initialize instead of loading weights")
+    start.add_argument("--from-supernet", action="store_true",
+                       help="start from the weights cut out of the search's supernet (oneshot, dnas)")
     _add_config_args(finetune)
     finetune.set_defaults(handler=cmd_finetune, flags={"steps": "train.steps"})
 

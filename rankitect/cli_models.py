@@ -141,7 +141,8 @@ def cmd_finetune(args: argparse.Namespace, cfg: Config) -> int:
     set_threads(cfg)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     data = open_data(cfg.data.source, cfg.data, progress=True)
-    outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch, runtime=cfg.runtime)
+    outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch,
+                       from_supernet=args.from_supernet, runtime=cfg.runtime)
     print(f"{'metric':18s} {'before':>8s} {'after':>8s}")
     for k in ("test/ne", "test/auc", "test/logloss", "val/ne"):
         print(f"{k:18s} {outcome.before[k]:8.4f} {outcome.after[k]:8.4f}")

@@ -25,6 +25,10 @@ class FinetuneOutcome:
     after: dict[str, float]
 
 
+def _start(from_scratch: bool, from_supernet: bool) -> str:
+    return "scratch" if from_scratch else "supernet" if from_supernet else "own weights"
+
+
 def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> None:
     """Weights fit other data only when its sparse features (names, vocabularies, sides) and
     dense count are the ones the model was trained on."""
@@ -34,13 +38,28 @@ def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> 
         raise UserError(f"{where}: the data has {data.n_dense} dense features, the model was trained on {trained.n_dense}")
 
 
+def supernet_weights(tracker: Any, run_id: str, arch: Architecture, dst: str | Path) -> dict[str, torch.Tensor]:
+    """``arch``'s weights cut from the supernet its search trained (a one-shot or DNAS search)."""
+    from rankitect.search.supernet_train import SUPERNET_DIR, load_supernet
+
+    run = tracker.client.get_run(run_id)
+    parent = run.data.tags.get("mlflow.parentRunId") if run.data.tags.get("rankitect.kind") != "search" else run_id
+    query = f"tags.`mlflow.parentRunId` = '{parent}' and tags.`rankitect.kind` = 'supernet'"
+    found = tracker.client.search_runs([tracker.experiment_id], query) if parent else []
+    if not found:
+        raise UserError(f"finetune {run_id} --from-supernet: its search kept no supernet (only oneshot and dnas do)")
+    folder = tracker.client.download_artifacts(found[0].info.run_id, SUPERNET_DIR, str(dst))
+    return load_supernet(folder).extract(arch).state_dict()
+
+
 def finetune(
     tracker: Any, run_id: str, data: Any, cfg: TrainConfig, *, from_scratch: bool = False,
-    runtime: RuntimeConfig | None = None,
+    from_supernet: bool = False, runtime: RuntimeConfig | None = None,
 ) -> FinetuneOutcome:
     """Continue training the model of ``run_id`` (a candidate, baseline or search run) on ``data``.
 
-    The model starts from the run's weights (or fresh, ``from_scratch``), is scored on the test
+    The model starts from the run's weights, from the weights cut out of its search's supernet
+    (``from_supernet``), or fresh (``from_scratch``); it is scored on the test
     split before and after, and is logged as a new run tagged with the run it came from, with its
     new weights attached. ``runtime`` may compile training (see :mod:`rankitect.train.runtime`).
     """
@@ -56,14 +75,16 @@ def finetune(
         with torch.random.fork_rng():
             torch.manual_seed(cfg.seed)
             model = build_model(arch, data.spec)
-            if not from_scratch:
+            if from_supernet:
+                model.load_state_dict(supernet_weights(tracker, files.run_id, arch, Path(tmp) / "supernet"))
+            elif not from_scratch:
                 model.load_state_dict(torch.load(files.weights, weights_only=True))
             before = score(model, data, cfg)
             out = train_model(model, data, cfg, runtime=runtime)
         c = cost(arch, data.spec)
         result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
         new_id = tracker.log_trial(None, arch, result, {FROM_TAG: files.run_id, "rankitect.command": "finetune",
-                                                       "rankitect.from_scratch": str(from_scratch).lower()})
+                                                       "rankitect.start": _start(from_scratch, from_supernet)})
         weights, spec_file = Path(tmp) / "finetuned.pt", Path(tmp) / "spec.json"
         torch.save(model.state_dict(), weights)
         data.spec.save(spec_file)

@@ -30,7 +30,7 @@ from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, ta
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.search.supernet_train import (
-    CurveLogger, SupernetTrainer, batches, build_supernet, frozen, start_child_run,
+    CurveLogger, SupernetTrainer, batches, build_supernet, frozen, save_supernet, start_child_run,
 )
 from rankitect.search.trial import InlineRunner, TrialPool, trial_output
 from rankitect.space.supernet import Supernet
@@ -153,6 +153,7 @@ class DnasSearch(SearchRunner):
         weights = dnas_search(supernet, self.data, self.train_cfg, cfg, self.objective, seed=self.cfg.search.seed,
                               curves=curves, progress=self.cfg.train.progress)
         curves.flush()
+        save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
         self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
         self.tracker.client.set_terminated(run_id, "FINISHED")
         for path in weights.most_probable(cfg.top_k):

@@ -34,7 +34,9 @@ from rankitect.eval.metrics import MetricAccumulator
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, build_strategy
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
-from rankitect.search.supernet_train import CurveLogger, SupernetTrainer, batches, build_supernet, start_child_run
+from rankitect.search.supernet_train import (
+    CurveLogger, SupernetTrainer, batches, build_supernet, save_supernet, start_child_run,
+)
 from rankitect.search.trial import InlineRunner, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 from rankitect.space.supernet import Supernet
@@ -201,6 +203,7 @@ class OneShotSearch(SearchRunner):
         train_supernet(supernet, self.data, self.train_cfg, cfg, seed=seed, curves=curves,
                        progress=self.cfg.train.progress)
         curves.flush()
+        save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
         self.tracker.client.set_terminated(run_id, "FINISHED")
         self.strategy = build_strategy("evolution", self.space, seed=seed, objective=self.objective,
                                        population=cfg.population, sample_size=cfg.sample_size)

@@ -254,5 +254,41 @@ def start_child_run(tracker: Any, parent_id: str, name: str, kind: str) -> str:
     return run.info.run_id
 
 
+def save_supernet(tracker: Any, run_id: str, supernet: Any, space: Any, spec: Any) -> None:
+    """Keep a trained supernet on its run as ``supernet/``: weights (``state_dict.pt``, loadable
+    with ``weights_only=True``), the space that shaped it (``space.json``) and the feature spec, so
+    ``rankitect finetune --from-supernet`` can cut any candidate out of it later."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / SUPERNET_DIR
+        folder.mkdir()
+        torch.save(supernet.state_dict(), folder / "state_dict.pt")
+        (folder / "space.json").write_text(json.dumps(space.to_dict()))
+        spec.save(folder / "feature_spec.json")
+        tracker.client.log_artifacts(run_id, str(folder), SUPERNET_DIR)
+
+
+def load_supernet(folder: Any) -> Any:
+    """The supernet kept by :func:`save_supernet` in ``folder`` (a downloaded ``supernet/``)."""
+    import json
+    from pathlib import Path
+
+    from rankitect.data.spec import FeatureSpec
+    from rankitect.space import get_space
+    from rankitect.space.supernet import Supernet
+
+    folder = Path(folder)
+    space_d = json.loads((folder / "space.json").read_text())
+    space = get_space(space_d["name"], **space_d["options"])
+    supernet = Supernet(space, FeatureSpec.load(folder / "feature_spec.json"))
+    supernet.load_state_dict(torch.load(folder / "state_dict.pt", weights_only=True))
+    return supernet
+
+
+SUPERNET_DIR = "supernet"
+
 __all__ = ["CurveLogger", "SliceAdam", "SupernetTrainer", "batches", "build_supernet", "evaluate_path", "frozen",
-           "start_child_run"]
+           "load_supernet", "save_supernet", "start_child_run"]
