@@ -13,6 +13,14 @@ Prints, in one run (times side by side on the same machine, so their ratios hold
 3. a quality table on the test split: the architectures found by ``dnas``, ``oneshot`` and
    ``evolution`` under one wall-clock budget (the DNAS run's, retraining included), every
    hand-designed baseline trained for the same steps, and the Bayes-optimal NE of the split.
+
+Measured on a shared 2-core CPU, 1 thread, default nasrec space (334.5M supernet weights), 300
+steps: DNAS 252 s, 2.3x the median evolution candidate's training (108 s) and 6.5x that of the
+small architecture it derived (39 s); one-shot scoring 0.60 s a child against 41.6 s from
+scratch, 69x cheaper. Test NE under a 295 s budget: dnas 0.9050 (2.2 MFLOPs), oneshot 0.9101
+(2.3 MFLOPs), evolution 0.9136 (10.2 MFLOPs, 3 trials); baselines 0.9117 (dlrm) to 0.9188
+(wukong); Bayes-optimal 0.8063. ``--quick`` (4 slots, 100 steps): DNAS 1.7x the median candidate,
+scoring 30x cheaper (100-step trainings are short), every search and baseline near 0.92.
 """
 
 from __future__ import annotations
