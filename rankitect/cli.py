@@ -77,7 +77,7 @@ def _print_description(desc: dict[str, Any]) -> None:
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
-    from rankitect.search.runner import SearchRunner
+    from rankitect.search.runner import SearchRunner, runner_class
 
     set_threads(cfg)
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
@@ -86,27 +86,12 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     if args.resume:
         runner = SearchRunner.resume(args.resume, cfg, _flag_overrides(args, args.flags) + list(args.overrides))
     else:
-        runner = _runner_class(cfg.search.strategy)(cfg)
+        runner = runner_class(cfg.search.strategy)(cfg)
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}")
     outcome = runner.run()
     _print_outcome(outcome, runner)
     return 0
-
-
-def _runner_class(strategy: str) -> Any:
-    """Weight-sharing strategies (``oneshot``, ``dnas``) run a loop of their own, not ask/tell."""
-    if strategy == "oneshot":
-        from rankitect.search.oneshot import OneShotSearch
-
-        return OneShotSearch
-    if strategy == "dnas":
-        from rankitect.search.dnas import DnasSearch
-
-        return DnasSearch
-    from rankitect.search.runner import SearchRunner
-
-    return SearchRunner
 
 
 def _print_outcome(outcome: Any, runner: Any) -> None:

@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from rankitect.config import DnasConfig, TrainConfig
+from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.objective import Objective
@@ -40,9 +41,9 @@ def check_dnas_config(cfg: DnasConfig) -> None:
     """Reject settings the loop cannot run with, naming the key."""
     for key in ("supernet_steps", "arch_every", "top_k", "log_every"):
         if getattr(cfg, key) < 1:
-            raise ValueError(f"search.dnas.{key} must be >= 1, got {getattr(cfg, key)!r}")
+            raise ConfigError(f"search.dnas.{key} must be >= 1, got {getattr(cfg, key)!r}")
     if cfg.warmup_steps < 0 or cfg.arch_lr <= 0:
-        raise ValueError(f"search.dnas.warmup_steps must be >= 0 and arch_lr > 0, got {cfg.warmup_steps!r}, "
+        raise ConfigError(f"search.dnas.warmup_steps must be >= 0 and arch_lr > 0, got {cfg.warmup_steps!r}, "
                          f"{cfg.arch_lr!r}")
     tau_at(0, 1, cfg.tau_start, cfg.tau_end)  # raises on a non-positive temperature
 
@@ -136,6 +137,9 @@ class DnasSearch(SearchRunner):
 
     def _make_strategy(self) -> None:
         check_dnas_config(self.cfg.search.dnas)
+        if self.cfg.search.rocs:
+            raise ConfigError("config key 'search.rocs': the dnas supernet holds no ROCS-masked blocks yet; "
+                              "search ROCS architectures with random, evolution, tpe or nsga2")
         return None
 
     def candidate_budget(self) -> int:

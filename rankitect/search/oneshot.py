@@ -29,6 +29,7 @@ from torch.func import functional_call
 from tqdm import tqdm
 
 from rankitect.config import OneShotConfig, TrainConfig
+from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.eval.metrics import MetricAccumulator
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, build_strategy
@@ -48,14 +49,14 @@ def check_oneshot_config(cfg: OneShotConfig) -> None:
     """Reject settings the loop cannot run with, naming the key."""
     for key in ("supernet_steps", "population", "sample_size", "score_batches", "top_k", "log_every"):
         if getattr(cfg, key) < 1:
-            raise ValueError(f"search.oneshot.{key} must be >= 1, got {getattr(cfg, key)!r}")
+            raise ConfigError(f"search.oneshot.{key} must be >= 1, got {getattr(cfg, key)!r}")
     for key in ("warmup_steps", "children", "finetune_batches", "finetune_steps"):
         if getattr(cfg, key) < 0:
-            raise ValueError(f"search.oneshot.{key} must be >= 0, got {getattr(cfg, key)!r}")
+            raise ConfigError(f"search.oneshot.{key} must be >= 0, got {getattr(cfg, key)!r}")
     if cfg.finetune_steps and not cfg.finetune_batches:
-        raise ValueError("search.oneshot.finetune_steps needs finetune_batches >= 1")
+        raise ConfigError("search.oneshot.finetune_steps needs finetune_batches >= 1")
     if cfg.sample_size > cfg.population:
-        raise ValueError(f"search.oneshot.sample_size={cfg.sample_size} exceeds population={cfg.population}")
+        raise ConfigError(f"search.oneshot.sample_size={cfg.sample_size} exceeds population={cfg.population}")
 
 
 def widest_probability(step: int, warmup_steps: int) -> float:
@@ -186,6 +187,9 @@ class OneShotSearch(SearchRunner):
 
     def _make_strategy(self) -> None:
         check_oneshot_config(self.cfg.search.oneshot)
+        if self.cfg.search.rocs:
+            raise ConfigError("config key 'search.rocs': the oneshot supernet holds no ROCS-masked blocks yet; "
+                              "search ROCS architectures with random, evolution, tpe or nsga2")
         return None
 
     def candidate_budget(self) -> int:

@@ -39,6 +39,20 @@ class SearchOutcome:
     out_dir: Path
 
 
+def runner_class(strategy: str) -> type[SearchRunner]:
+    """The runner of ``strategy``: weight-sharing ones (``oneshot``, ``dnas``) run a loop of their
+    own around a supernet, the others ask and tell."""
+    if strategy == "oneshot":
+        from rankitect.search.oneshot import OneShotSearch
+
+        return OneShotSearch
+    if strategy == "dnas":
+        from rankitect.search.dnas import DnasSearch
+
+        return DnasSearch
+    return SearchRunner
+
+
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
     """Where a search keeps its checkpoint, Pareto table and best genotype."""
     from rankitect.track import artifact_root
@@ -90,7 +104,7 @@ class SearchRunner:
         state = load_state(Path(path))
         saved = config_from_dict(state.config, list(overrides))
         saved.track = cfg.track
-        return cls(saved, state=state, **kw)
+        return runner_class(saved.search.strategy)(saved, state=state, **kw)
 
     # --- the loop --------------------------------------------------------------------------------
 
