@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import pytest
 import torch
 
 from rankitect.data.batch import Batch
@@ -18,15 +16,6 @@ from rankitect.space.architecture import Architecture
 from rankitect.space.builder import RankingModel, build_model
 
 _COUNTER = itertools.count()
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread; two threads on shared cores spin against each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def import_file(path: Path) -> ModuleType:
