@@ -60,15 +60,15 @@ def fixed_sampler(sample: dict[str, Any]) -> Any:
         return optuna.samplers.PartialFixedSampler(sample, optuna.samplers.RandomSampler(seed=0))
 
 
-def record_trial(study: optuna.Study, space: Space, sample: dict[str, Any], attrs: dict[str, Any]) -> int:
-    """Start a RUNNING trial with params ``sample`` and user ``attrs``; returns its number."""
+def record_trial(study: optuna.Study, space: Space, sample: dict[str, Any], attrs: dict[str, Any]) -> optuna.Trial:
+    """Start a RUNNING trial with params ``sample`` and user ``attrs``; returns it."""
     study.sampler = fixed_sampler(sample)
     trial = study.ask()
     for label, choice in space.choices.items():
         trial.suggest_categorical(label, choice.options)
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
-    return trial.number
+    return trial
 
 
 def snapshot(study: optuna.Study) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankitect.search.base import Space, Strategy, TrialResult, arch_hash, register_strategy
+from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
 from rankitect.search.history import Record, make_history
 from rankitect.search.objective import Objective
 from rankitect.search.random_search import sample_new
@@ -54,15 +54,17 @@ class RegularizedEvolution(Strategy):
         self.history = make_history(space, storage, study_name)
 
     def ask(self) -> Architecture:
-        finished, seen = self.history.finished(), self.history.seen()
-        found = None
-        if len(finished) >= self.population:
-            found = self._mutate_new(finished[-self.population:], seen)
-        if found is None:
-            found = sample_new(self.space, self.rng, seen, self.max_retries)
-        arch, h, sample = found
-        self.history.start(h, sample)
-        return arch
+        for _ in range(self.max_retries):  # start() refuses a genotype another process just took
+            finished, seen = self.history.finished(), self.history.seen()
+            found = None
+            if len(finished) >= self.population:
+                found = self._mutate_new(finished[-self.population:], seen)
+            if found is None:
+                found = sample_new(self.space, self.rng, seen, self.max_retries)
+            arch, h, sample = found
+            if self.history.start(h, sample):
+                return arch
+        raise SpaceExhausted(f"evolution: {self.max_retries} proposals in a row were taken by other processes")
 
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         h = arch_hash(arch)

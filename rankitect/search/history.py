@@ -41,8 +41,9 @@ class LocalHistory:
         self._finished: list[Record] = []
         self._pending: dict[str, dict[str, Any]] = {}
 
-    def start(self, h: str, sample: dict[str, Any]) -> None:
+    def start(self, h: str, sample: dict[str, Any]) -> bool:
         self._pending[h] = sample
+        return True
 
     def finish(self, h: str, value: float) -> None:
         """Finish pending ``h`` with objective ``value`` (``inf`` when failed)."""
@@ -76,8 +77,20 @@ class StudyHistory:
         self.study = _optuna.open_study(storage, study_name, ["minimize"])
         self._pending: dict[str, int] = {}  # genotype hash -> trial number, this process only
 
-    def start(self, h: str, sample: dict[str, Any]) -> None:
-        self._pending[h] = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
+    def start(self, h: str, sample: dict[str, Any]) -> bool:
+        """Record the proposal; ``False`` when another process recorded the same genotype at the
+        same moment (both passed the ``seen`` check): the earlier trial number keeps it, ours is
+        marked a duplicate and failed, and the caller proposes again."""
+        trial = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
+        earlier = [t for t in self.study.get_trials(deepcopy=False)
+                   if t.user_attrs.get(_optuna.HASH_ATTR) == h and t.number < trial.number
+                   and _optuna.DUPLICATE_ATTR not in t.user_attrs]
+        if earlier:
+            trial.set_user_attr(_optuna.DUPLICATE_ATTR, earlier[0].number)
+            self.study.tell(trial, state=_optuna.import_optuna().trial.TrialState.FAIL)
+            return False
+        self._pending[h] = trial.number
+        return True
 
     def finish(self, h: str, value: float) -> None:
         number = self._pending.pop(h)

@@ -48,9 +48,11 @@ class RandomSearch(Strategy):
         self.history = make_history(space, storage, study_name)
 
     def ask(self) -> Architecture:
-        arch, h, sample = sample_new(self.space, self.rng, self.history.seen(), self.max_retries)
-        self.history.start(h, sample)
-        return arch
+        for _ in range(self.max_retries):  # start() refuses a genotype another process just took
+            arch, h, sample = sample_new(self.space, self.rng, self.history.seen(), self.max_retries)
+            if self.history.start(h, sample):
+                return arch
+        raise SpaceExhausted(f"random: {self.max_retries} proposals in a row were taken by other processes")
 
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         h = arch_hash(arch)

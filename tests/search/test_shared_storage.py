@@ -69,3 +69,21 @@ def test_a_study_with_other_directions_or_no_name_is_refused(storage):
         build_strategy("nsga2", ToySpace(), seed=0, storage=storage, study_name="single")
     with pytest.raises(ValueError, match="study_name"):
         build_strategy("evolution", ToySpace(), seed=0, storage=storage)
+
+
+@pytest.mark.parametrize("name", ["random", "evolution"])
+def test_two_processes_proposing_one_genotype_at_once_keep_one(storage, name, monkeypatch):
+    options = {"population": 4, "sample_size": 2} if name == "evolution" else {}
+    first = build_strategy(name, ToySpace(), seed=5, storage=storage, study_name=f"race-{name}", **options)
+    second = build_strategy(name, ToySpace(), seed=5, storage=storage, study_name=f"race-{name}", **options)
+    # the second looked at the study before the first recorded its proposal: a stale view
+    monkeypatch.setattr(second.history, "seen", lambda: set())
+    a = first.ask()
+    b = second.ask()  # same seed, so it drew the same genotype first, was refused, and drew again
+    assert a.hash != b.hash
+    import optuna
+
+    trials = optuna.load_study(study_name=f"race-{name}", storage=storage).get_trials()
+    dupes = [t for t in trials if "duplicate_of" in t.user_attrs]
+    assert len(dupes) == 1 and dupes[0].user_attrs["genotype_hash"] == a.hash
+    assert dupes[0].state == optuna.trial.TrialState.FAIL
