@@ -3,7 +3,8 @@
 ``Tracker`` imports MLflow when it is created; ``ui_command`` and ``resolve_uri`` do not.
 """
 
-from rankitect.track.mlflow_tracker import Tracker, flatten
+from rankitect.config import flatten
+from rankitect.track.mlflow_tracker import Tracker
 from rankitect.track.store import DEFAULT_URI, artifact_root, resolve_uri, ui_command
 
 __all__ = ["DEFAULT_URI", "Tracker", "artifact_root", "flatten", "resolve_uri", "ui_command"]
