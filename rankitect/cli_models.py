@@ -6,6 +6,7 @@ Kept apart from :mod:`rankitect.cli` (the parser, data, search, runs and ui) to 
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -60,22 +61,29 @@ def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
             print(f"training {arch.hash} on {env.world_size} rank(s), tables sharded by torchrec: "
                   f"{c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
         out = train_distributed(arch, data, cfg.train, env)
-        if env.is_main:
-            from rankitect.track import Tracker
-
-            print(out.plan)
-            result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params,
-                                              train_seconds=out.train_seconds)
-            tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-            run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
-                                                            "rankitect.world_size": str(env.world_size)})
-            _log_loss_curve(tracker, run_id, out.losses)
-            print(f"train/loss first {out.losses[0]:.4f} last {out.losses[-1]:.4f} ({out.steps} steps)")
-            for k, v in sorted(out.metrics.items()):
-                print(f"{k:18s} {v:.4f}")
-            print(f"MLflow run: {run_id}")
+        # Keep the numbers, drop the sharded model (its DDP reducer and torchrec modules hold the
+        # process group) while every rank is still in the group.
+        losses, metrics, seconds, steps, plan = out.losses, out.metrics, out.train_seconds, out.steps, out.plan
+        del out
+        gc.collect()
     finally:
+        # Every rank leaves the group before rank 0 writes to MLflow, so no rank idles in a
+        # collective for as long as the tracking store takes.
         shutdown(env)
+    if not env.is_main:
+        return 0
+    from rankitect.track import Tracker
+
+    print(plan)
+    result = TrialResult.from_metrics(metrics, mflops=c.mflops, params=c.params, train_seconds=seconds)
+    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
+                                                    "rankitect.world_size": str(env.world_size)})
+    _log_loss_curve(tracker, run_id, losses)
+    print(f"train/loss first {losses[0]:.4f} last {losses[-1]:.4f} ({steps} steps)")
+    for k, v in sorted(metrics.items()):
+        print(f"{k:18s} {v:.4f}")
+    print(f"MLflow run: {run_id}")
     return 0
 
 
