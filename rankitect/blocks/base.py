@@ -12,7 +12,12 @@ Construction (the only path is :func:`build_block`, used by the space, the super
 * then ``request_in`` (keyword-only): ``None`` runs unmasked; an int ``R`` (a pair for two-input
   blocks) says the first ``R`` fields (field input) or units (flat input) are request side, and the
   block then runs *masked* (ROCS Generalized Layer Masking): its first ``request_out`` outputs
-  depend only on those request-side inputs.
+  depend only on those request-side inputs;
+* then, for blocks whose masked layers choose how many of their outputs are request side,
+  ``rocs_share`` (keyword-only): ``None`` for the proportional rule, or the fraction in (0, 1) of
+  each such layer's outputs that are request side (:func:`rankitect.blocks.common.request_share`).
+  Blocks without a choice (the request side of their outputs follows from their structure) do not
+  take it, and :func:`build_block` passes it only to blocks that do.
 
 After construction a block knows ``out_shape`` (``(N', D)`` or ``(W,)``), ``request_out`` (0 when
 unmasked) and :meth:`Block.flops`, the forward FLOPs per example of exactly what ``forward``
@@ -26,6 +31,8 @@ import inspect
 from typing import Any, ClassVar
 
 from torch import nn
+
+from rankitect.blocks.common import check_share
 
 FIELD = "field"
 FLAT = "flat"
@@ -51,6 +58,7 @@ class Block(nn.Module):
 
 
 BLOCKS: dict[str, type[Block]] = {}
+MASKING_ARGS = ("request_in", "rocs_share")
 
 
 def register_block(name: str):
@@ -69,14 +77,20 @@ def register_block(name: str):
 
 
 def block_params(op: str) -> dict[str, inspect.Parameter]:
-    """The keyword-only parameters (gene params) a registered block accepts, ``request_in`` excluded."""
+    """The keyword-only parameters (gene params) a registered block accepts, ``request_in`` and
+    ``rocs_share`` (masking, set by the architecture) excluded."""
     cls = get_block_class(op)
     sig = inspect.signature(cls.__init__)
     return {
         n: p
         for n, p in sig.parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "request_in"
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and n not in MASKING_ARGS
     }
+
+
+def takes_share(op: str) -> bool:
+    """Whether block ``op`` takes ``rocs_share`` (it has masked layers with a free request share)."""
+    return "rocs_share" in inspect.signature(get_block_class(op).__init__).parameters
 
 
 def get_block_class(op: str) -> type[Block]:
@@ -91,10 +105,13 @@ def build_block(
     params: dict[str, Any] | None = None,
     *,
     request_in: int | tuple[int, int] | None = None,
+    rocs_share: float | None = None,
 ) -> Block:
     """Construct block ``op`` for an input of ``in_shape`` with gene ``params``.
 
-    Unknown or missing parameters raise ``ValueError`` naming the op and the key.
+    ``request_in`` and ``rocs_share`` set the ROCS masking (module docstring); ``rocs_share`` reaches
+    only blocks that take it. Unknown or missing parameters raise ``ValueError`` naming the op and
+    the key.
     """
     cls = get_block_class(op)
     params = dict(params or {})
@@ -105,6 +122,9 @@ def build_block(
     missing = sorted(n for n, p in accepted.items() if p.default is inspect.Parameter.empty and n not in params)
     if missing:
         raise ValueError(f"block {op!r}: missing params {missing}")
+    check_share(rocs_share)
+    if takes_share(op):
+        return cls(*in_shape, **params, request_in=request_in, rocs_share=rocs_share)
     return cls(*in_shape, **params, request_in=request_in)
 
 
@@ -116,10 +136,12 @@ __all__ = [
     "BLOCKS",
     "FIELD",
     "FLAT",
+    "MASKING_ARGS",
     "Block",
     "block_params",
     "build_block",
     "count_params",
     "get_block_class",
     "register_block",
+    "takes_share",
 ]

@@ -54,16 +54,31 @@ def check_request_pair(
     )
 
 
-def request_share(request_in: int | None, size_in: int, size_out: int) -> int:
+def check_share(share: float | None, what: str = "rocs_share") -> float | None:
+    """Validate a request share: ``None`` (proportional rule) or a float in the open interval (0, 1)."""
+    if share is None:
+        return None
+    if isinstance(share, bool) or not isinstance(share, float) or not 0.0 < share < 1.0:
+        raise ValueError(f"{what} must be None or a float in (0, 1), got {share!r}")
+    return share
+
+
+def request_share(request_in: int | None, size_in: int, size_out: int, share: float | None = None) -> int:
     """Request-side outputs for ``request_in`` of ``size_in`` request-side inputs.
 
-    Proportional to the input share (rounded half up), at least 1 and at most ``size_out - 1`` so
-    that both sides keep room; all outputs when all inputs are request side; 0 when unmasked.
+    With ``share=None`` proportional to the input share (rounded half up); with a ``share`` in
+    (0, 1) that fraction of ``size_out`` (``round(share * size_out)``) whatever the input share.
+    Either way at least 1 and at most ``size_out - 1`` so that both sides keep room; all outputs
+    when all inputs are request side; 0 when no input is (or unmasked).
 
     >>> request_share(3, 10, 4), request_share(1, 10, 4), request_share(9, 10, 4)
     (1, 1, 3)
     >>> request_share(None, 10, 4), request_share(0, 10, 4), request_share(10, 10, 4)
     (0, 0, 4)
+    >>> request_share(3, 10, 8, 0.75), request_share(3, 10, 8, 0.99), request_share(3, 10, 8, 0.01)
+    (6, 7, 1)
+    >>> request_share(10, 10, 8, 0.5), request_share(0, 10, 8, 0.5), request_share(3, 10, 1, 0.5)
+    (8, 0, 0)
     """
     if not request_in:
         return 0
@@ -71,8 +86,26 @@ def request_share(request_in: int | None, size_in: int, size_out: int) -> int:
         return size_out
     if size_out < 2:
         return 0
-    share = (2 * request_in * size_out + size_in) // (2 * size_in)
-    return min(max(share, 1), size_out - 1)
+    if share is None:
+        count = (2 * request_in * size_out + size_in) // (2 * size_in)
+    else:
+        count = round(check_share(share) * size_out)
+    return min(max(count, 1), size_out - 1)
+
+
+def residual_share(request_in: int | None, size_in: int, size_out: int, share: float | None = None) -> int:
+    """Request-side outputs of a block whose shortcut is the identity when ``size_in == size_out``.
+
+    An identity shortcut adds input field ``i`` to output field ``i``, so the output keeps the
+    input's ``request_in`` request fields; with a field map as shortcut (sizes differ) the share
+    rule of :func:`request_share` applies. (Proportional shares give ``request_in`` there anyway.)
+
+    >>> residual_share(2, 6, 6, 0.9), residual_share(2, 6, 4, 0.9), residual_share(None, 6, 6, 0.9)
+    (2, 3, 0)
+    """
+    if size_in == size_out:
+        return request_in or 0
+    return request_share(request_in, size_in, size_out, share)
 
 
 def make_activation(name: str) -> nn.Module:
@@ -199,7 +232,9 @@ __all__ = [
     "check_positive",
     "check_request",
     "check_request_pair",
+    "check_share",
     "make_activation",
     "make_norm",
     "request_share",
+    "residual_share",
 ]

@@ -16,14 +16,14 @@ class CrossMap(nn.Module):
     only request inputs and the request outputs see only those rank units, so ``U Vᵀ`` is too.
     """
 
-    def __init__(self, features: int, low_rank: int, request_in: int | None) -> None:
+    def __init__(self, features: int, low_rank: int, request_in: int | None, rocs_share: float | None = None) -> None:
         super().__init__()
         out_request = request_in or 0
         if low_rank == 0:
             self.down: nn.Module = nn.Identity()
             self.up = MaskedLinear(features, features, request_in=request_in, request_out=out_request)
         else:
-            rank_request = request_share(request_in, features, low_rank) if request_in is not None else None
+            rank_request = request_share(request_in, features, low_rank, rocs_share) if request_in is not None else None
             self.down = MaskedLinear(
                 features, low_rank, bias=False, request_in=request_in, request_out=rank_request or 0
             )
@@ -48,13 +48,15 @@ class DCN(Block):
 
     ROCS masking: every ``W_l`` (or both ``U_l`` and ``V_l``) is block lower triangular, so the first
     ``request_in`` output units depend only on the first ``request_in`` input units
-    (``request_out = request_in``); the products with ``x_0`` and the residual are per unit.
+    (``request_out = request_in``); the products with ``x_0`` and the residual are per unit. Of the
+    ``low_rank`` units of ``Vᵀ x`` a proportional share (or ``rocs_share``) are request side.
 
     Args:
         in_features: width W of the flat input (and of the output).
         num_layers: number of cross layers.
         low_rank: 0 for a full ``W x W`` matrix, else the rank ``r`` of ``U Vᵀ`` (``r <= W``).
         request_in: request-side input units (``None`` = unmasked).
+        rocs_share: fraction of the rank units that are request side (``None``: proportional).
 
     Shapes: ``(B, W) -> (B, W)``.
 
@@ -70,7 +72,13 @@ class DCN(Block):
     num_inputs = 1
 
     def __init__(
-        self, in_features: int, *, num_layers: int = 2, low_rank: int = 0, request_in: int | None = None
+        self,
+        in_features: int,
+        *,
+        num_layers: int = 2,
+        low_rank: int = 0,
+        request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         check_positive("in_features", in_features)
@@ -78,7 +86,9 @@ class DCN(Block):
         if isinstance(low_rank, bool) or not isinstance(low_rank, int) or not 0 <= low_rank <= in_features:
             raise ValueError(f"low_rank must be an int in [0, in_features={in_features}], got {low_rank!r}")
         check_request(request_in, in_features)
-        self.layers = nn.ModuleList(CrossMap(in_features, low_rank, request_in) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            CrossMap(in_features, low_rank, request_in, rocs_share) for _ in range(num_layers)
+        )
         self.out_shape = (in_features,)
         self.request_out = request_in or 0
 

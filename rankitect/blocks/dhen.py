@@ -9,7 +9,13 @@ from torch import nn
 
 from rankitect.blocks.attention import Attention
 from rankitect.blocks.base import FIELD, Block, register_block
-from rankitect.blocks.common import FieldLinear, MaskedLinear, check_positive, check_request, request_share
+from rankitect.blocks.common import (
+    FieldLinear,
+    MaskedLinear,
+    check_positive,
+    check_request,
+    residual_share,
+)
 from rankitect.blocks.dcn import DCN
 from rankitect.blocks.dot import Dot
 from rankitect.blocks.fm import FM
@@ -49,11 +55,13 @@ class Branch(nn.Module):
         return body + (self.head.flops() if self.head is not None else 0)
 
 
-def make_branch(name: str, in_fields: int, dim: int, out_fields: int, request_in: int | None) -> Branch:
-    """Build module ``name``; masked, its first ``request_share`` output fields are request side."""
+def make_branch(
+    name: str, in_fields: int, dim: int, out_fields: int, request_in: int | None, rocs_share: float | None = None
+) -> Branch:
+    """Build module ``name``; masked, its first ``residual_share`` output fields are request side."""
     masked = request_in is not None
     r = request_in or 0
-    out_r = request_share(request_in, in_fields, out_fields)
+    out_r = residual_share(request_in, in_fields, out_fields, rocs_share)
     if name == "attention":
         heads = 2 if dim % 2 == 0 else 1
         body: Block | None = Attention(in_fields, dim, num_heads=heads, ffn=False, request_in=request_in)
@@ -65,7 +73,9 @@ def make_branch(name: str, in_fields: int, dim: int, out_fields: int, request_in
     body = {
         "dot": lambda: Dot(in_fields, dim, request_in=request_in),
         "fm": lambda: FM(in_fields, dim, request_in=request_in),
-        "dcn": lambda: DCN(flat_in, num_layers=1, low_rank=dim, request_in=r * dim if masked else None),
+        "dcn": lambda: DCN(
+            flat_in, num_layers=1, low_rank=dim, request_in=r * dim if masked else None, rocs_share=rocs_share
+        ),
         "linear": lambda: None,
     }[name]()
     # The flat width the head sees: the body's output, or the flattened input (N*D,) for "linear".
@@ -91,7 +101,8 @@ class DHEN(Block):
     back to ``out_fields`` along the field axis; ``"sum"`` adds them. The shortcut is the identity
     when ``N == out_fields``, else a linear map along the fields. ROCS masking: every module and
     map is masked so that its first ``request_out`` fields (share of ``out_fields`` proportional to
-    ``R / N``) depend only on request fields; concat puts the request fields of all modules first.
+    ``R / N``, or ``rocs_share`` of them; ``R`` itself when the shortcut is the identity) depend
+    only on request fields; concat puts the request fields of all modules first.
 
     Args:
         in_fields: number N of input fields.
@@ -100,6 +111,8 @@ class DHEN(Block):
         out_fields: number of output fields.
         combine: ``"concat"`` or ``"sum"``.
         request_in: request-side input fields (``None`` = unmasked).
+        rocs_share: fraction of each masked layer's outputs that are request side (``None``:
+            proportional to its input share).
 
     Shapes: ``(B, N, D) -> (B, out_fields, D)``.
 
@@ -123,6 +136,7 @@ class DHEN(Block):
         out_fields: int = 8,
         combine: str = "concat",
         request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         check_positive("in_fields", in_fields)
@@ -133,9 +147,11 @@ class DHEN(Block):
         if combine not in COMBINES:
             raise ValueError(f"unknown combine {combine!r}; known: {list(COMBINES)}")
         self.module_names, self.combine, self.dim = names, combine, dim
-        self.request_out = request_share(request_in, in_fields, out_fields)
+        self.request_out = residual_share(request_in, in_fields, out_fields, rocs_share)
         t = self.request_out
-        self.branches = nn.ModuleList(make_branch(n, in_fields, dim, out_fields, request_in) for n in names)
+        self.branches = nn.ModuleList(
+            make_branch(n, in_fields, dim, out_fields, request_in, rocs_share) for n in names
+        )
         m_r = len(names) * t if request_in is not None else None
         self.mix = (
             FieldLinear(len(names) * out_fields, out_fields, request_in=m_r, request_out=t)

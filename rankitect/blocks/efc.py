@@ -17,13 +17,15 @@ class EFC(Block):
     Update rule: :math:`Y_{o,d} = \\sum_n W_{o,n} X_{n,d} + b_o`.
 
     ROCS masking: ``W`` is block lower triangular, so the first ``request_out`` output fields
-    (proportional share of ``out_fields``) combine only the request-side input fields.
+    (proportional share of ``out_fields``, or ``rocs_share`` of them) combine only the request-side
+    input fields.
 
     Args:
         in_fields: number N of input fields.
         dim: embedding dimension D.
         out_fields: number N' of output fields.
         request_in: request-side input fields (``None`` = unmasked).
+        rocs_share: fraction of the output fields that are request side (``None``: proportional).
 
     Shapes: ``(B, N, D) -> (B, N', D)``.
 
@@ -38,13 +40,21 @@ class EFC(Block):
     out_kind = FIELD
     num_inputs = 1
 
-    def __init__(self, in_fields: int, dim: int, *, out_fields: int, request_in: int | None = None) -> None:
+    def __init__(
+        self,
+        in_fields: int,
+        dim: int,
+        *,
+        out_fields: int,
+        request_in: int | None = None,
+        rocs_share: float | None = None,
+    ) -> None:
         super().__init__()
         check_positive("in_fields", in_fields)
         check_positive("dim", dim)
         check_positive("out_fields", out_fields)
         check_request(request_in, in_fields)
-        self.request_out = request_share(request_in, in_fields, out_fields)
+        self.request_out = request_share(request_in, in_fields, out_fields, rocs_share)
         self.linear = FieldLinear(in_fields, out_fields, request_in=request_in, request_out=self.request_out)
         self.dim = dim
         self.out_shape = (out_fields, dim)

@@ -19,13 +19,14 @@ class Gating(Block):
     ROCS masking with ``request_in = (R_l, R_r)``: ``W`` is block lower triangular from the left's
     ``R_l`` request units to the right's ``R_r``, so the first ``R_r`` gated units depend only on
     request units; ``P`` maps those to the first ``request_out`` outputs (share of ``width``
-    proportional to ``R_r / right_features``).
+    proportional to ``R_r / right_features``, or ``rocs_share``).
 
     Args:
         left_features: width of the left (gating) input.
         right_features: width of the right (gated) input.
         width: output width.
         request_in: ``(left R, right R)`` request-side units, or ``None`` (unmasked).
+        rocs_share: fraction of the outputs that are request side (``None``: proportional).
 
     Shapes: ``(B, left_features), (B, right_features) -> (B, width)``.
 
@@ -47,6 +48,7 @@ class Gating(Block):
         *,
         width: int,
         request_in: tuple[int, int] | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         check_positive("left_features", left_features)
@@ -55,7 +57,7 @@ class Gating(Block):
         left_r, right_r = check_request_pair(request_in, left_features, right_features)
         gated_r = right_r if left_r is not None else None
         self.gate = MaskedLinear(left_features, right_features, request_in=left_r, request_out=gated_r or 0)
-        self.request_out = request_share(gated_r, right_features, width)
+        self.request_out = request_share(gated_r, right_features, width, rocs_share)
         self.proj = MaskedLinear(right_features, width, request_in=gated_r, request_out=self.request_out)
         self.out_shape = (width,)
 

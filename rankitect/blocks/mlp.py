@@ -26,8 +26,8 @@ class MLP(Block):
     Update rule per layer: :math:`h_{l+1} = \\mathrm{act}(\\mathrm{norm}(W_l h_l + b_l))`.
 
     ROCS masking: every linear is block lower triangular (request units see only request units);
-    the request share of each layer's units is proportional to the input share; the LayerNorm keeps
-    separate statistics for the request units.
+    the request share of each layer's units is proportional to the input share, or ``rocs_share``;
+    the LayerNorm keeps separate statistics for the request units.
 
     Args:
         in_features: width W of the flat input.
@@ -36,6 +36,8 @@ class MLP(Block):
         activation: ``"relu"``, ``"gelu"``, ``"silu"`` or ``"none"``.
         norm: ``"layernorm"`` or ``"none"``.
         request_in: request-side input units (``None`` = unmasked).
+        rocs_share: fraction of each masked layer's units that are request side (``None``:
+            proportional to its input share).
 
     Shapes: ``(B, in_features) -> (B, width)``.
 
@@ -59,6 +61,7 @@ class MLP(Block):
         activation: str = "relu",
         norm: str = "layernorm",
         request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         check_positive("in_features", in_features)
@@ -69,7 +72,7 @@ class MLP(Block):
         layers: list[nn.Module] = []
         size, request = in_features, request_in
         for _ in range(num_layers):
-            out_request = request_share(request, size, width) if request is not None else None
+            out_request = request_share(request, size, width, rocs_share) if request is not None else None
             layers.append(MaskedLinear(size, width, request_in=request, request_out=out_request or 0))
             layers.append(make_norm(norm, width, request_in=out_request))
             layers.append(make_activation(activation))

@@ -19,13 +19,14 @@ class Sum(Block):
 
     ROCS masking with ``request_in = (R_l, R_r)``: both projections are block lower triangular onto
     the same first ``request_out`` outputs, a share of ``width`` proportional to
-    ``(R_l + R_r) / (left_features + right_features)``.
+    ``(R_l + R_r) / (left_features + right_features)``, or ``rocs_share`` of ``width``.
 
     Args:
         left_features: width of the left input.
         right_features: width of the right input.
         width: output width.
         request_in: ``(left R, right R)`` request-side units, or ``None`` (unmasked).
+        rocs_share: fraction of the outputs that are request side (``None``: proportional).
 
     Shapes: ``(B, left_features), (B, right_features) -> (B, width)``.
 
@@ -47,6 +48,7 @@ class Sum(Block):
         *,
         width: int,
         request_in: tuple[int, int] | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         check_positive("left_features", left_features)
@@ -55,7 +57,7 @@ class Sum(Block):
         left_r, right_r = check_request_pair(request_in, left_features, right_features)
         masked = left_r is not None and right_r is not None
         both = left_features + right_features
-        self.request_out = request_share(left_r + right_r, both, width) if masked else 0
+        self.request_out = request_share(left_r + right_r, both, width, rocs_share) if masked else 0
         out_r = self.request_out
         self.left = MaskedLinear(left_features, width, request_in=left_r, request_out=out_r)
         self.right = MaskedLinear(right_features, width, bias=False, request_in=right_r, request_out=out_r)

@@ -13,6 +13,7 @@ from rankitect.blocks.common import (
     check_positive,
     check_request,
     request_share,
+    residual_share,
 )
 from rankitect.blocks.mlp import MLP
 
@@ -47,12 +48,13 @@ class FactorizationMachineBlock(nn.Module):
         mlp_layers: int,
         request_in: int | None,
         request_out: int,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         self.in_fields, self.dim, self.low_rank, self.out_fields = in_fields, dim, low_rank, out_fields
         self.y = nn.Parameter(torch.randn(in_fields, low_rank) / in_fields**0.5)
         r = request_in or 0
-        rank_request = request_share(request_in, in_fields, low_rank)
+        self.rank_request = rank_request = request_share(request_in, in_fields, low_rank, rocs_share)
         y_mask = torch.ones(in_fields, low_rank)
         y_mask[r:, :rank_request] = 0.0
         self.register_buffer("y_mask", y_mask if request_in is not None else None, persistent=False)
@@ -64,7 +66,7 @@ class FactorizationMachineBlock(nn.Module):
         self.norm = SplitLayerNorm(in_fields * low_rank, request_in=flat_request)
         self.mlp = (
             MLP(in_fields * low_rank, width=mlp_width, num_layers=mlp_layers, norm="none",
-                request_in=flat_request)
+                request_in=flat_request, rocs_share=rocs_share)
             if mlp_layers
             else None
         )
@@ -103,10 +105,12 @@ class Wukong(Block):
 
     The residual is the identity when ``N = fmb_fields + lcb_fields``, else a linear map along the
     fields. The FMB MLP has ``mlp_layers`` hidden ReLU layers of ``mlp_width`` and a linear output
-    to ``fmb_fields * D``. ROCS masking: ``request_out`` (share of ``N'`` proportional to ``R / N``)
-    is split between the FMB and LCB outputs; each part is masked (see ``FactorizationMachineBlock``,
-    LCB and residual are block-lower-triangular field maps) and the request fields of both parts
-    are placed first; the final LayerNorm is per field.
+    to ``fmb_fields * D``. ROCS masking: ``request_out`` (share of ``N'`` proportional to ``R / N``,
+    or ``rocs_share`` of ``N'``; ``R`` itself when the residual is the identity) is split between the
+    FMB and LCB outputs; each part is masked (see ``FactorizationMachineBlock``, LCB and residual
+    are block-lower-triangular field maps) and the request fields of both parts are placed first;
+    the final LayerNorm is per field. ``rocs_share`` also sets the request share of the FM's rank
+    columns and of the FMB MLP's layers.
 
     Args:
         in_fields: number N of input fields.
@@ -117,6 +121,8 @@ class Wukong(Block):
         mlp_width: width of the FMB hidden layers.
         mlp_layers: number of FMB hidden layers (0: one linear map).
         request_in: request-side input fields (``None`` = unmasked).
+        rocs_share: fraction of each masked layer's outputs that are request side (``None``:
+            proportional to its input share).
 
     Shapes: ``(B, N, D) -> (B, fmb_fields + lcb_fields, D)``.
 
@@ -143,6 +149,7 @@ class Wukong(Block):
         mlp_width: int = 64,
         mlp_layers: int = 2,
         request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         sizes = {"in_fields": in_fields, "dim": dim, "fmb_fields": fmb_fields, "lcb_fields": lcb_fields}
@@ -152,10 +159,11 @@ class Wukong(Block):
             raise ValueError(f"mlp_layers must be an int >= 0, got {mlp_layers!r}")
         check_request(request_in, in_fields)
         out_fields = fmb_fields + lcb_fields
-        self.request_out = request_share(request_in, in_fields, out_fields)
+        self.request_out = residual_share(request_in, in_fields, out_fields, rocs_share)
         self.fmb_request, self.lcb_request = split_share(self.request_out, fmb_fields, lcb_fields)
         self.fmb = FactorizationMachineBlock(
-            in_fields, dim, fmb_fields, low_rank, mlp_width, mlp_layers, request_in, self.fmb_request
+            in_fields, dim, fmb_fields, low_rank, mlp_width, mlp_layers, request_in, self.fmb_request,
+            rocs_share=rocs_share,
         )
         self.lcb = FieldLinear(
             in_fields, lcb_fields, bias=False, request_in=request_in, request_out=self.lcb_request

@@ -9,13 +9,14 @@ math, with the blocks' parameter and buffer names, and ``tests/export`` proves e
 its block for every registered op, masked and unmasked, so drift fails the tests, not the users.
 
 Safety: the source is rendered from an :class:`~rankitect.export.plan.ExportPlan` only, whose
-values are exact ``int``/``bool`` scalars and strings from fixed sets; they are written with
-``repr``. Feature names never appear. The result is parsed again and its imports checked.
+values are exact ``int``/``bool`` scalars, strings from fixed sets and a ``float`` in (0, 1); they
+are written with ``repr``. Feature names never appear. The result is parsed again and its imports checked.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
@@ -47,7 +48,7 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     ['x0 = self.blocks[0](*self.adapters[0]([dense]))  # mlp -> (B, 8)']
     """
     plan = make_plan(arch, spec)
-    roots = ["flat", "InputAdapter", "Head", *(g.cls for g in plan.genes)]
+    roots = ["flat", "cat_request", "InputAdapter", "Head", *(g.cls for g in plan.genes)]
     if plan.uses_sparse:
         roots.append("SparseEmbedding")
     body = "\n\n\n".join([bundle(sorted(set(roots))), _model_class(plan), LOAD_SOURCE])
@@ -87,6 +88,8 @@ def _render(value: object) -> str:
     """``repr`` of a checked scalar, or a list/tuple of them (tuples of strings become lists)."""
     if type(value) in (bool, int, str) or value is None:
         return repr(value)
+    if type(value) is float and math.isfinite(value):
+        return repr(value)
     if type(value) is tuple and value and all(type(v) is str for v in value):
         return "[" + ", ".join(repr(v) for v in value) + "]"
     if type(value) is tuple and all(type(v) is int for v in value):
@@ -102,10 +105,12 @@ def _shape_comment(shape: tuple[int, ...]) -> str:
     return "(B, " + ", ".join(_render(s) for s in shape) + ")"
 
 
-def _block_line(i: int, g: GenePlan) -> str:
+def _block_line(i: int, g: GenePlan, plan: ExportPlan) -> str:
     args = [_render(s) for s in g.in_shape]
     args += [f"{k}={_render(v)}" for k, v in g.params]
     args.append(f"request_in={_render(g.request_in)}")
+    if g.takes_share and plan.rocs_share is not None:
+        args.append(f"rocs_share={_render(plan.rocs_share)}")
     return f"            {g.cls}({', '.join(args)}),  # blocks[{i}]: {g.op}"
 
 
@@ -114,7 +119,7 @@ def _adapter_line(g: GenePlan, plan: ExportPlan) -> str:
     return (
         f"            InputAdapter({shapes}, {_ints(g.in_requests)}, in_kind={_render(g.in_kind)}, "
         f"num_inputs={_render(g.num_inputs)}, tokens={_render(g.tokens)}, dim={_render(plan.dim)}, "
-        f"masked={_render(plan.masked)}),"
+        f"masked={_render(plan.masked)}{_share_arg(plan)}),"
     )
 
 
@@ -146,9 +151,20 @@ def _init_lines(plan: ExportPlan) -> list[str]:
     lines += ["        self.adapters = nn.ModuleList(["]
     lines += [_adapter_line(g, plan) for g in plan.genes]
     lines += ["        ])", "        self.blocks = nn.ModuleList(["]
-    lines += [_block_line(i, g) for i, g in enumerate(plan.genes)]
-    lines += ["        ])", f"        self.head = Head({_render(plan.head_in)}, {_ints(plan.head_widths)})"]
+    lines += [_block_line(i, g, plan) for i, g in enumerate(plan.genes)]
+    lines += ["        ])", f"        self.head = Head({_head_args(plan)})"]
     return lines
+
+
+def _share_arg(plan: ExportPlan) -> str:
+    return f", rocs_share={_render(plan.rocs_share)}" if plan.rocs_share is not None else ""
+
+
+def _head_args(plan: ExportPlan) -> str:
+    args = f"{_render(plan.head_in)}, {_ints(plan.head_widths)}"
+    if plan.head_requests is None:
+        return args
+    return f"{args}, request_in={_render(sum(plan.head_requests))}{_share_arg(plan)}"
 
 
 def _forward_lines(plan: ExportPlan) -> list[str]:
@@ -163,6 +179,9 @@ def _forward_lines(plan: ExportPlan) -> list[str]:
         lines.append(f"        x{i} = {call}  # {g.op} -> {_shape_comment(g.out_shape)}")
     feats = [f"flat({_var(r)})" for r in plan.head_inputs]
     head_in = feats[0] if len(feats) == 1 else f"torch.cat([{', '.join(feats)}], dim=1)"
+    if plan.head_requests is not None and len(feats) > 1:
+        # ROCS: the request units of every head input first.
+        head_in = f"cat_request([{', '.join(feats)}], {_ints(plan.head_requests)}, True)"
     lines.append(f"        return self.head({head_in})  # (B, {plan.head_in}) -> (B,)")
     return lines
 

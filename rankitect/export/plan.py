@@ -5,8 +5,8 @@ Nothing from a genotype or a feature spec reaches generated source except throug
 :class:`~rankitect.space.architecture.Architecture` was validated on construction): ops must be
 registered blocks with a standalone twin, each param must have the type its schema names (``int``
 is exactly ``int``, not ``bool`` nor a subclass with its own ``repr``), strings must come from a
-fixed set and are replaced by that set's own copy, and input references are indices or the two
-raw input names. Feature names never enter the plan: features are renamed by position.
+fixed set and are replaced by that set's own copy, input references are indices or the two
+raw input names, and ``rocs_share`` is ``None`` or exactly a ``float`` in (0, 1). Feature names never enter the plan: features are renamed by position.
 The shapes and request counts of every block come from the rankitect model itself, built on the
 ``meta`` device from the checked values.
 """
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rankitect.blocks.base import BLOCKS
+from rankitect.blocks.base import BLOCKS, takes_share
 from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SparseFeature
 from rankitect.export.standalone.layers import ACTIVATIONS, NORMS
 from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene
@@ -88,6 +88,7 @@ class GenePlan:
     num_inputs: int
     tokens: int
     out_shape: Shape
+    takes_share: bool  # whether the block's constructor takes ``rocs_share``
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class ExportPlan:
     n_sparse: int
     dim: int
     masked: bool
+    rocs_share: float | None
     vocab_sizes: tuple[int, ...]  # field order
     sparse_order: tuple[int, ...]  # storage column of each field
     dense_order: tuple[int, ...] | None  # storage column of each dense input when masked
@@ -108,6 +110,7 @@ class ExportPlan:
     head_inputs: tuple[Ref, ...]
     head_in: int
     head_widths: tuple[int, ...]
+    head_requests: tuple[int, ...] | None  # request units of each head input when masked
 
 
 def check_int(where: str, value: Any, minimum: int) -> int:
@@ -120,6 +123,15 @@ def check_int(where: str, value: Any, minimum: int) -> int:
 def check_bool(where: str, value: Any) -> bool:
     if type(value) is not bool:
         raise ValueError(f"{where}: must be a bool, got {value!r}")
+    return value
+
+
+def check_share(where: str, value: Any) -> float | None:
+    """``value`` if it is ``None`` or exactly a ``float`` (no subclass) in the open interval (0, 1)."""
+    if value is None:
+        return None
+    if type(value) is not float or not 0.0 < value < 1.0:  # NaN fails the comparison
+        raise ValueError(f"{where}: must be None or a float in (0, 1), got {value!r}")
     return value
 
 
@@ -210,6 +222,9 @@ def clean_architecture(arch: Any) -> Architecture:
         "embedding_dim": check_int("embedding_dim", arch.embedding_dim, 1),
         "rocs": check_bool("rocs", arch.rocs),
     }
+    share = check_share("rocs_share", arch.rocs_share)
+    if share is not None:
+        clean["rocs_share"] = share
     return Architecture.from_dict(clean)
 
 
@@ -256,12 +271,16 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
         shapes[i], requests[i] = plan.out_shape, check_int(f"blocks[{i}].request_out", model.blocks[i].request_out, 0)
     order = request_first(sparse_sides)
     head_in = sum(s[0] if len(s) == 1 else s[0] * s[1] for s in (shapes[r] for r in clean.head.inputs))
+    head_requests = None
+    if masked:
+        head_requests = tuple(check_int(f"head.requests[{j}]", r, 0) for j, r in enumerate(model.head_r))
     return ExportPlan(
         arch_hash=_hex(clean.hash),
         n_dense=len(dense_sides),
         n_sparse=len(vocab),
         dim=D,
         masked=masked,
+        rocs_share=check_share("rocs_share", clean.rocs_share),
         vocab_sizes=tuple(vocab[j] for j in order),
         sparse_order=order,
         dense_order=request_first(dense_sides) if masked else None,
@@ -271,6 +290,7 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
         head_inputs=clean.head.inputs,
         head_in=head_in,
         head_widths=clean.head.widths,
+        head_requests=head_requests,
     )
 
 
@@ -298,6 +318,7 @@ def _gene_plan(
         num_inputs=check_int(f"{where}.num_inputs", cls.num_inputs, 1),
         tokens=gene.tokens,
         out_shape=_shape(f"{where}.out_shape", block.out_shape),
+        takes_share=check_bool(f"{where}.takes_share", takes_share(gene.op)),
     )
 
 

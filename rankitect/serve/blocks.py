@@ -17,7 +17,7 @@ from torch import nn
 
 from rankitect.blocks.attention import Attention
 from rankitect.blocks.base import Block
-from rankitect.blocks.common import FieldLinear, MaskedLinear, SplitLayerNorm, request_share
+from rankitect.blocks.common import FieldLinear, MaskedLinear, SplitLayerNorm
 from rankitect.blocks.dcn import DCN, CrossMap
 from rankitect.blocks.dhen import DHEN, Branch
 from rankitect.blocks.dot import Dot
@@ -166,7 +166,7 @@ def _sum(block: Sum, left: Split, right: Split) -> Split:
 def _fmb(fmb: FactorizationMachineBlock, x: Split) -> Split:
     """Wukong's FMB: ``Z = X (Xᵀ Y)`` with the request entries ``Z[:R, :kr]`` once per request."""
     R, k, D = x.request_width, fmb.low_rank, fmb.dim
-    kr = request_share(R, fmb.in_fields, k)
+    kr = fmb.rank_request
     y = fmb.y if fmb.y_mask is None else fmb.y * fmb.y_mask  # (N, k); y[R:, :kr] == 0
     u, c = x.req, x.cand
     xty_u = torch.matmul(u.transpose(1, 2), y[:R])  # (Q, D, R) @ (R, k) -> (Q, D, k)

@@ -6,8 +6,9 @@ block's request part once per request (on one row per request), its candidate pa
 and broadcasts request-side contributions by gathering them by request index; every masked linear
 map costs per candidate only its candidate x candidate block (``W_cc x_c[b] + (W_cu x_u)[req(b)]``),
 attention computes a request's keys and values once (candidate queries read them), Wukong's
-``X (Xᵀ Y)`` and DLRM's Gram matrix keep only their candidate rows per candidate. The head's first
-layer takes the same in-kernel broadcast. The scores equal ``model(batch)`` up to float rounding.
+``X (Xᵀ Y)`` and DLRM's Gram matrix keep only their candidate rows per candidate. The head's
+hidden layers are masked too (request units once per request) and its last linear map takes the
+same in-kernel broadcast. The scores equal ``model(batch)`` up to float rounding.
 
 :func:`rocs_cost` counts what that costs with ``torch.utils.flop_counter`` on a meta-device build:
 FLOPs once per request plus FLOPs per candidate (the project's convention: matrix products only,
@@ -20,12 +21,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from rankitect.blocks.base import FIELD
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
-from rankitect.serve.blocks import run_block
+from rankitect.serve.blocks import run_block, sequential
 from rankitect.serve.split import Split, cat, linear, plain_linear
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import InputAdapter, RankingModel, build_model
@@ -103,22 +105,13 @@ def adapt(adapter: InputAdapter, xs: list[Split]) -> list[Split]:
 
 
 def _head(model: RankingModel, feats: list[Split]) -> torch.Tensor:
-    """The head on flat splits; its first linear reads request units once per request."""
+    """The head on flat splits: masked hidden layers with their request units once per request,
+    then the last linear map per candidate, reading request units by in-kernel broadcast."""
     layers = list(model.head.mlp)
-    first = layers[0]
-    # The head concatenates its inputs plainly, [in0 (req, cand), in1 (req, cand), ..]: its weight
-    # columns in request-first order are the request columns of every input, then the rest.
-    starts, device = [0], first.weight.device
-    for f in feats:
-        starts.append(starts[-1] + f.req.shape[1] + f.cand.shape[1])
-    req_cols = [torch.arange(s, s + f.req.shape[1], device=device) for s, f in zip(starts, feats)]
-    cand_cols = [torch.arange(s + f.req.shape[1], e, device=device) for s, e, f in zip(starts, starts[1:], feats)]
-    order = torch.cat(req_cols + cand_cols)
-    x = feats[0].like(torch.cat([f.req for f in feats], dim=1), torch.cat([f.cand for f in feats], dim=1))
-    h = plain_linear(first.weight.index_select(1, order), first.bias, x)  # (B, O)
-    for layer in layers[1:]:
-        h = layer(h)
-    return h.squeeze(-1)  # (B, 1) -> (B,)
+    # The masked head concatenates its inputs request parts first, as :func:`cat` does.
+    h = sequential(nn.Sequential(*layers[:-1]), cat(feats))
+    last = layers[-1]
+    return plain_linear(last.weight, last.bias, h).squeeze(-1)  # (B, 1) -> (B,)
 
 
 def split_logits(model: RankingModel, sources: dict[InputRef, Split]) -> torch.Tensor:

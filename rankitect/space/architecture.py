@@ -234,7 +234,11 @@ class Architecture:
     """A whole model as data: block genes in evaluation order, a head, the embedding dimension.
 
     Every block's output must be used (by a later block or by the head), so no computation is
-    dead. ``rocs`` asks the builder for ROCS masking (request-side fields first).
+    dead. ``rocs`` asks the builder for ROCS masking (request-side fields first). ``rocs_share``
+    (only with ``rocs``) is the fraction in (0, 1) of each masked layer's outputs that are request
+    side when the layer has request- and candidate-side inputs; ``None`` keeps the share of each
+    layer's outputs proportional to its input share. It enters the JSON only when set, so the JSON
+    and hash of an architecture without it do not mention it.
 
     >>> arch = Architecture(
     ...     blocks=(BlockGene("mlp", ("dense",), {"width": 16}),
@@ -244,18 +248,23 @@ class Architecture:
     (True, 16)
     >>> Architecture(blocks=(BlockGene("mlp", ("dense",), {"width": 16}),), embedding_dim=8).head.inputs
     (0,)
+    >>> shared = Architecture(arch.blocks, arch.head, 8, rocs=True, rocs_share=0.75)
+    >>> '"rocs_share":0.75' in shared.to_json(), "rocs_share" in arch.to_json()
+    (True, False)
     """
 
     blocks: tuple[BlockGene, ...]
     head: HeadGene = field(default_factory=HeadGene)
     embedding_dim: int = 16
     rocs: bool = False
+    rocs_share: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
         _check_int("embedding_dim", self.embedding_dim, 1)
         if not isinstance(self.rocs, bool):
             raise ValueError(f"rocs: must be a bool, got {self.rocs!r}")
+        self._check_share()
         for i, gene in enumerate(self.blocks):
             if not isinstance(gene, BlockGene):
                 raise ValueError(f"blocks[{i}]: must be a BlockGene, got {gene!r}")
@@ -273,6 +282,16 @@ class Architecture:
         for i in range(len(self.blocks)):
             if i not in used:
                 raise ValueError(f"blocks[{i}]: its output is used by no later block and not by the head")
+
+    def _check_share(self) -> None:
+        share = self.rocs_share
+        if share is None:
+            return
+        if isinstance(share, bool) or not isinstance(share, float) or not 0.0 < share < 1.0:
+            raise ValueError(f"rocs_share: must be None or a float in (0, 1), got {share!r}")
+        if not self.rocs:
+            raise ValueError(f"rocs_share: {share!r} given but rocs is False (a share needs ROCS masking)")
+        object.__setattr__(self, "rocs_share", float(share))  # a plain float (not a numpy scalar) in JSON
 
     def _check_gene(self, i: int, gene: BlockGene) -> None:
         for j, ref in enumerate(gene.inputs):
@@ -300,16 +319,19 @@ class Architecture:
         return any(raw in g.inputs for g in self.blocks) or raw in self.head.inputs
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "blocks": [g.to_dict() for g in self.blocks],
             "head": self.head.to_dict(),
             "embedding_dim": self.embedding_dim,
             "rocs": self.rocs,
         }
+        if self.rocs_share is not None:
+            d["rocs_share"] = self.rocs_share
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Architecture:
-        _check_keys("architecture", d, {"blocks", "head", "embedding_dim", "rocs"}, {"blocks"})
+        _check_keys("architecture", d, {"blocks", "head", "embedding_dim", "rocs", "rocs_share"}, {"blocks"})
         if not isinstance(d["blocks"], list):
             raise ValueError(f"blocks: must be a list, got {d['blocks']!r}")
         genes = []
@@ -322,7 +344,13 @@ class Architecture:
             head = HeadGene.from_dict(d.get("head", {}))
         except ValueError as err:
             raise ValueError(f"head.{err}") from None
-        return cls(blocks=tuple(genes), head=head, embedding_dim=d.get("embedding_dim", 16), rocs=d.get("rocs", False))
+        return cls(
+            blocks=tuple(genes),
+            head=head,
+            embedding_dim=d.get("embedding_dim", 16),
+            rocs=d.get("rocs", False),
+            rocs_share=d.get("rocs_share"),
+        )
 
     def to_json(self, indent: int | None = None) -> str:
         """Canonical JSON (sorted keys; compact unless ``indent`` is given)."""

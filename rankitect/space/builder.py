@@ -14,9 +14,11 @@ are adapted to what its block takes (:class:`InputAdapter`):
 
 The head flattens and concatenates its inputs, then ``widths`` Linear+ReLU layers and a Linear to
 one logit. With ``arch.rocs`` every tensor carries its request-side count (fields or units, always
-a prefix): concatenations put the request parts of all inputs first, dense features are reordered
-request side first, and blocks are built masked (``request_in``), so request-side outputs depend on
-request-side inputs only (ROCS Generalized Layer Masking).
+a prefix): concatenations put the request parts of all inputs first (the head's too), dense
+features are reordered request side first, and blocks, token projections and the head's hidden
+layers are built masked (``request_in``, with ``arch.rocs_share`` as the request share of each
+masked layer's outputs), so request-side outputs depend on request-side inputs only (ROCS
+Generalized Layer Masking). The head's last Linear reads every unit.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class InputAdapter(nn.Module):
         tokens: fields the flat inputs of a field block are projected to.
         dim: the embedding dimension ``D``.
         masked: whether ROCS masking is on.
+        rocs_share: request share of the token projection's outputs (``None``: proportional).
     """
 
     def __init__(
@@ -81,9 +84,11 @@ class InputAdapter(nn.Module):
         tokens: int,
         dim: int,
         masked: bool,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         self.in_kind, self.num_inputs, self.tokens, self.dim, self.masked = in_kind, num_inputs, tokens, dim, masked
+        self.rocs_share = rocs_share
         self.is_field = [len(s) == 2 for s in shapes]
         self.flat_r = [_flat_r(s, r) for s, r in zip(shapes, requests)]
         self.field_r = [r if f else 0 for r, f in zip(requests, self.is_field)]
@@ -107,7 +112,7 @@ class InputAdapter(nn.Module):
         token_r = 0
         if flat_w:
             w_r = sum(r for r, f in zip(self.flat_r, self.is_field) if not f)
-            token_r = request_share(w_r, flat_w, self.tokens) if self.masked else 0
+            token_r = request_share(w_r, flat_w, self.tokens, self.rocs_share) if self.masked else 0
             self.proj = MaskedLinear(
                 flat_w, self.tokens * self.dim, request_in=w_r if self.masked else None, request_out=token_r * self.dim
             )
@@ -141,16 +146,40 @@ class InputAdapter(nn.Module):
 
 
 class Head(nn.Module):
-    """``widths`` Linear+ReLU layers, then a Linear to one logit: ``(B, W) -> (B,)``."""
+    """``widths`` Linear+ReLU layers, then a Linear to one logit: ``(B, W) -> (B,)``.
 
-    def __init__(self, in_features: int, widths: Sequence[int]) -> None:
+    Masked (``request_in`` request-side units, a prefix of the input), every hidden layer is a
+    :class:`MaskedLinear` whose first ``request_share(.., rocs_share)`` units see only request
+    units, so ROCS serving computes them once per request; the last Linear reads every unit.
+    ``request_out`` is the request units of the last hidden layer (of the input without one).
+
+    >>> head = Head(6, [4, 2], request_in=2, rocs_share=0.75)
+    >>> [m.request_out for m in head.mlp if isinstance(m, MaskedLinear)], head.request_out
+    ([3, 1], 1)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        widths: Sequence[int],
+        *,
+        request_in: int | None = None,
+        rocs_share: float | None = None,
+    ) -> None:
         super().__init__()
         sizes = [in_features, *widths]
         layers: list[nn.Module] = []
+        request = request_in
         for a, b in zip(sizes[:-1], sizes[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
+            if request is None:
+                layers += [nn.Linear(a, b), nn.ReLU()]
+                continue
+            out_request = request_share(request, a, b, rocs_share)
+            layers += [MaskedLinear(a, b, request_in=request, request_out=out_request), nn.ReLU()]
+            request = out_request
         layers.append(nn.Linear(sizes[-1], 1))
         self.mlp = nn.Sequential(*layers)
+        self.request_in, self.request_out = request_in, request or 0
         self._flops = sum(2 * a * b for a, b in zip(sizes, [*sizes[1:], 1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -190,7 +219,14 @@ class RankingModel(nn.Module):
             self.adapters.append(adapter)
             self.blocks.append(block)
             shapes[i], requests[i] = tuple(block.out_shape), block.request_out
-        self.head = Head(sum(_flat_size(shapes[r]) for r in arch.head.inputs), arch.head.widths)
+        head_shapes = [shapes[r] for r in arch.head.inputs]
+        self.head_r = [_flat_r(s, requests[r]) for s, r in zip(head_shapes, arch.head.inputs)]
+        self.head = Head(
+            sum(_flat_size(s) for s in head_shapes),
+            arch.head.widths,
+            request_in=sum(self.head_r) if masked else None,
+            rocs_share=arch.rocs_share,
+        )
 
     def _build_gene(
         self, i: int, shapes: dict[InputRef, Shape], requests: dict[InputRef, int]
@@ -204,9 +240,12 @@ class RankingModel(nn.Module):
             tokens=gene.tokens,
             dim=arch.embedding_dim,
             masked=arch.rocs,
+            rocs_share=arch.rocs_share,
         )
         try:
-            block = build_block(gene.op, adapter.out_shape, dict(gene.params), request_in=adapter.request_in)
+            block = build_block(
+                gene.op, adapter.out_shape, dict(gene.params), request_in=adapter.request_in, rocs_share=arch.rocs_share
+            )
         except ValueError as err:
             raise ValueError(f"blocks[{i}] ({gene.op} on input shape {adapter.out_shape}): {err}") from None
         return adapter, block
@@ -232,7 +271,7 @@ class RankingModel(nn.Module):
             xs = adapter([self._source(r, batch, emb, outs) for r in gene.inputs])
             outs.append(block(*xs))
         feats = [_flat(self._source(r, batch, emb, outs)) for r in self.arch.head.inputs]
-        return self.head(torch.cat(feats, dim=1) if len(feats) > 1 else feats[0])
+        return self.head(_cat(feats, self.head_r, self.arch.rocs))
 
     def flops(self) -> int:
         """Forward FLOPs per example: blocks, input projections and head (lookups are free)."""

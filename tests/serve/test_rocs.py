@@ -142,4 +142,4 @@ def test_spaces_with_rocs_hold_only_rocs_architectures(name: str) -> None:
         arch = space.decode(space.sample(rng))
         assert arch.rocs and space.contains(arch) and not plain.contains(arch)
         assert space.mutate(arch, rng).rocs
-        assert plain.contains(dataclasses.replace(arch, rocs=False))
+        assert plain.contains(dataclasses.replace(arch, rocs=False, rocs_share=None))

@@ -5,7 +5,7 @@ from torch import nn
 
 from rankitect.export.standalone.field_blocks import FM, Attention, Dot
 from rankitect.export.standalone.flat_blocks import DCN
-from rankitect.export.standalone.layers import FieldLinear, MaskedLinear, request_share
+from rankitect.export.standalone.layers import FieldLinear, MaskedLinear, residual_share
 
 
 class Branch(nn.Module):
@@ -28,11 +28,13 @@ class Branch(nn.Module):
         return h.reshape(B, self.out_fields, self.dim)  # (B, out_fields*D) or (B, out_fields, D)
 
 
-def make_branch(name: str, in_fields: int, dim: int, out_fields: int, request_in: int | None) -> Branch:
-    """Module ``name``; masked, its first ``request_share`` output fields are request side."""
+def make_branch(
+    name: str, in_fields: int, dim: int, out_fields: int, request_in: int | None, rocs_share: float | None = None
+) -> Branch:
+    """Module ``name``; masked, its first ``residual_share`` output fields are request side."""
     masked = request_in is not None
     r = request_in or 0
-    out_r = request_share(request_in, in_fields, out_fields)
+    out_r = residual_share(request_in, in_fields, out_fields, rocs_share)
     if name == "attention":
         heads = 2 if dim % 2 == 0 else 1
         head = None
@@ -50,7 +52,7 @@ def make_branch(name: str, in_fields: int, dim: int, out_fields: int, request_in
         split = masked and r >= 2
         width, body_r = (2 * dim, dim) if split else (dim, 0)
     elif name == "dcn":
-        body = DCN(flat_in, num_layers=1, low_rank=dim, request_in=r * dim if masked else None)
+        body = DCN(flat_in, num_layers=1, low_rank=dim, request_in=r * dim if masked else None, rocs_share=rocs_share)
         width, body_r = flat_in, r * dim
     else:  # "linear"
         body = None
@@ -71,10 +73,13 @@ class DHEN(nn.Module):
         out_fields: int = 8,
         combine: str = "concat",
         request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
-        self.request_out = t = request_share(request_in, in_fields, out_fields)
-        self.branches = nn.ModuleList(make_branch(n, in_fields, dim, out_fields, request_in) for n in modules)
+        self.request_out = t = residual_share(request_in, in_fields, out_fields, rocs_share)
+        self.branches = nn.ModuleList(
+            make_branch(n, in_fields, dim, out_fields, request_in, rocs_share) for n in modules
+        )
         m_r = len(modules) * t if request_in is not None else None
         self.mix = (
             FieldLinear(len(modules) * out_fields, out_fields, request_in=m_r, request_out=t)

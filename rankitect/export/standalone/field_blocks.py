@@ -11,7 +11,13 @@ import torch
 from torch import nn
 
 from rankitect.export.standalone.flat_blocks import MLP
-from rankitect.export.standalone.layers import FieldLinear, MaskedLinear, SplitLayerNorm, request_share
+from rankitect.export.standalone.layers import (
+    FieldLinear,
+    MaskedLinear,
+    SplitLayerNorm,
+    request_share,
+    residual_share,
+)
 
 FFN_RATIO = 4
 
@@ -19,9 +25,17 @@ FFN_RATIO = 4
 class EFC(nn.Module):
     """``efc``: a linear map along the field axis: ``(B, N, D) -> (B, out_fields, D)``."""
 
-    def __init__(self, in_fields: int, dim: int, *, out_fields: int, request_in: int | None = None) -> None:
+    def __init__(
+        self,
+        in_fields: int,
+        dim: int,
+        *,
+        out_fields: int,
+        request_in: int | None = None,
+        rocs_share: float | None = None,
+    ) -> None:
         super().__init__()
-        request_out = request_share(request_in, in_fields, out_fields)
+        request_out = request_share(request_in, in_fields, out_fields, rocs_share)
         self.linear = FieldLinear(in_fields, out_fields, request_in=request_in, request_out=request_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -132,12 +146,13 @@ class FactorizationMachineBlock(nn.Module):
         mlp_layers: int,
         request_in: int | None,
         request_out: int,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         self.low_rank, self.out_fields = low_rank, out_fields
         self.y = nn.Parameter(torch.zeros(in_fields, low_rank))
         r = request_in or 0
-        rank_request = request_share(request_in, in_fields, low_rank)
+        rank_request = request_share(request_in, in_fields, low_rank, rocs_share)
         y_mask = torch.ones(in_fields, low_rank)
         y_mask[r:, :rank_request] = 0.0
         self.register_buffer("y_mask", y_mask if request_in is not None else None, persistent=False)
@@ -151,7 +166,7 @@ class FactorizationMachineBlock(nn.Module):
         hidden, hidden_request = in_fields * low_rank, flat_request
         if mlp_layers:
             self.mlp = MLP(in_fields * low_rank, width=mlp_width, num_layers=mlp_layers, norm="none",
-                           request_in=flat_request)
+                           request_in=flat_request, rocs_share=rocs_share)
             hidden, hidden_request = mlp_width, self.mlp.request_out
         self.out = MaskedLinear(
             hidden, out_fields * dim, request_in=hidden_request if request_in is not None else None,
@@ -183,13 +198,15 @@ class Wukong(nn.Module):
         mlp_width: int = 64,
         mlp_layers: int = 2,
         request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         out_fields = fmb_fields + lcb_fields
-        request_out = request_share(request_in, in_fields, out_fields)
+        request_out = residual_share(request_in, in_fields, out_fields, rocs_share)
         self.fmb_request, self.lcb_request = split_share(request_out, fmb_fields, lcb_fields)
         self.fmb = FactorizationMachineBlock(
-            in_fields, dim, fmb_fields, low_rank, mlp_width, mlp_layers, request_in, self.fmb_request
+            in_fields, dim, fmb_fields, low_rank, mlp_width, mlp_layers, request_in, self.fmb_request,
+            rocs_share=rocs_share,
         )
         self.lcb = FieldLinear(in_fields, lcb_fields, bias=False, request_in=request_in, request_out=self.lcb_request)
         self.residual = None

@@ -22,12 +22,13 @@ class MLP(nn.Module):
         activation: str = "relu",
         norm: str = "layernorm",
         request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         size, request = in_features, request_in
         for _ in range(num_layers):
-            out_request = request_share(request, size, width) if request is not None else None
+            out_request = request_share(request, size, width, rocs_share) if request is not None else None
             layers.append(MaskedLinear(size, width, request_in=request, request_out=out_request or 0))
             layers.append(make_norm(norm, width, request_in=out_request))
             layers.append(ACTIVATIONS[activation]())
@@ -42,14 +43,14 @@ class MLP(nn.Module):
 class CrossMap(nn.Module):
     """``W x + b`` of one cross layer: full ``W`` or ``W = U Vᵀ`` of rank ``low_rank``."""
 
-    def __init__(self, features: int, low_rank: int, request_in: int | None) -> None:
+    def __init__(self, features: int, low_rank: int, request_in: int | None, rocs_share: float | None = None) -> None:
         super().__init__()
         out_request = request_in or 0
         if low_rank == 0:
             self.down: nn.Module = nn.Identity()
             self.up = MaskedLinear(features, features, request_in=request_in, request_out=out_request)
         else:
-            rank_request = request_share(request_in, features, low_rank) if request_in is not None else None
+            rank_request = request_share(request_in, features, low_rank, rocs_share) if request_in is not None else None
             self.down = MaskedLinear(
                 features, low_rank, bias=False, request_in=request_in, request_out=rank_request or 0
             )
@@ -63,10 +64,18 @@ class DCN(nn.Module):
     """``dcn``: DCNv2 cross layers ``x_{l+1} = x_0 * (W_l x_l + b_l) + x_l``: ``(B, W) -> (B, W)``."""
 
     def __init__(
-        self, in_features: int, *, num_layers: int = 2, low_rank: int = 0, request_in: int | None = None
+        self,
+        in_features: int,
+        *,
+        num_layers: int = 2,
+        low_rank: int = 0,
+        request_in: int | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(CrossMap(in_features, low_rank, request_in) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            CrossMap(in_features, low_rank, request_in, rocs_share) for _ in range(num_layers)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x0 = x
@@ -85,12 +94,13 @@ class Gating(nn.Module):
         *,
         width: int,
         request_in: tuple[int, int] | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         left_r, right_r = request_in if request_in is not None else (None, None)
         gated_r = right_r if left_r is not None else None
         self.gate = MaskedLinear(left_features, right_features, request_in=left_r, request_out=gated_r or 0)
-        request_out = request_share(gated_r, right_features, width)
+        request_out = request_share(gated_r, right_features, width, rocs_share)
         self.proj = MaskedLinear(right_features, width, request_in=gated_r, request_out=request_out)
 
     def forward(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -107,12 +117,13 @@ class Sum(nn.Module):
         *,
         width: int,
         request_in: tuple[int, int] | None = None,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         left_r, right_r = request_in if request_in is not None else (None, None)
         masked = left_r is not None and right_r is not None
         both = left_features + right_features
-        out_r = request_share(left_r + right_r, both, width) if masked else 0
+        out_r = request_share(left_r + right_r, both, width, rocs_share) if masked else 0
         self.left = MaskedLinear(left_features, width, request_in=left_r, request_out=out_r)
         self.right = MaskedLinear(right_features, width, bias=False, request_in=right_r, request_out=out_r)
 

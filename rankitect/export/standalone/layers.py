@@ -13,16 +13,27 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU, "none": nn.Ide
 NORMS = ("layernorm", "none")
 
 
-def request_share(request_in: int | None, size_in: int, size_out: int) -> int:
-    """Request-side outputs for ``request_in`` of ``size_in`` request-side inputs (0: unmasked)."""
+def request_share(request_in: int | None, size_in: int, size_out: int, share: float | None = None) -> int:
+    """Request-side outputs for ``request_in`` of ``size_in`` request-side inputs (0: unmasked):
+    proportional to the input share, or ``round(share * size_out)``, kept in [1, size_out - 1]."""
     if not request_in:
         return 0
     if request_in >= size_in:
         return size_out
     if size_out < 2:
         return 0
-    share = (2 * request_in * size_out + size_in) // (2 * size_in)
-    return min(max(share, 1), size_out - 1)
+    if share is None:
+        count = (2 * request_in * size_out + size_in) // (2 * size_in)
+    else:
+        count = round(share * size_out)
+    return min(max(count, 1), size_out - 1)
+
+
+def residual_share(request_in: int | None, size_in: int, size_out: int, share: float | None = None) -> int:
+    """Request-side outputs of a block whose shortcut is the identity when ``size_in == size_out``."""
+    if size_in == size_out:
+        return request_in or 0
+    return request_share(request_in, size_in, size_out, share)
 
 
 class MaskedLinear(nn.Linear):
@@ -123,6 +134,7 @@ class InputAdapter(nn.Module):
         tokens: int,
         dim: int,
         masked: bool,
+        rocs_share: float | None = None,
     ) -> None:
         super().__init__()
         self.in_kind, self.num_inputs, self.tokens, self.dim, self.masked = in_kind, num_inputs, tokens, dim, masked
@@ -135,7 +147,7 @@ class InputAdapter(nn.Module):
         flat_w = sum(s[0] for s, f in zip(shapes, self.is_field) if not f)
         if in_kind == "field" and flat_w:
             w_r = sum(r for r, f in zip(self.flat_r, self.is_field) if not f)
-            self.token_r = request_share(w_r, flat_w, tokens) if masked else 0
+            self.token_r = request_share(w_r, flat_w, tokens, rocs_share) if masked else 0
             self.proj = MaskedLinear(
                 flat_w, tokens * dim, request_in=w_r if masked else None, request_out=self.token_r * dim
             )
@@ -162,14 +174,30 @@ class InputAdapter(nn.Module):
 
 
 class Head(nn.Module):
-    """``widths`` Linear+ReLU layers, then a Linear to one logit: ``(B, W) -> (B,)``."""
+    """``widths`` Linear+ReLU layers, then a Linear to one logit: ``(B, W) -> (B,)``.
 
-    def __init__(self, in_features: int, widths: list[int]) -> None:
+    Masked (``request_in`` request units first), the hidden layers are :class:`MaskedLinear`.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        widths: list[int],
+        *,
+        request_in: int | None = None,
+        rocs_share: float | None = None,
+    ) -> None:
         super().__init__()
         sizes = [in_features, *widths]
         layers: list[nn.Module] = []
+        request = request_in
         for a, b in zip(sizes[:-1], sizes[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
+            if request is None:
+                layers += [nn.Linear(a, b), nn.ReLU()]
+                continue
+            out_request = request_share(request, a, b, rocs_share)
+            layers += [MaskedLinear(a, b, request_in=request, request_out=out_request), nn.ReLU()]
+            request = out_request
         layers.append(nn.Linear(sizes[-1], 1))
         self.mlp = nn.Sequential(*layers)
 
