@@ -53,13 +53,17 @@ def request_batch(spec: FeatureSpec, seed: int = 0) -> Batch:
     return make_batch(dense, ids, np.zeros(B), np.repeat(REQUEST_IDS, SIZES), keys=spec.sparse_names)
 
 
-def rocs_archs(spec: FeatureSpec, per_space: int = 12) -> list[Architecture]:
+SHARES = (None, 0.5, 0.9)
+
+
+def rocs_archs(spec: FeatureSpec, per_space: int = 12, share: float | None = None) -> list[Architecture]:
+    """The baselines and preset samples, ROCS-masked with request share ``share``."""
     archs = [dataclasses.replace(get_baseline(n, spec, embedding_dim=4), rocs=True) for n in BASELINES]
     for name, menus in (("nasrec", SMALL_NASREC), ("engineer", SMALL_ENGINEER)):
         space = get_space(name, rocs=True, **menus)
         rng = np.random.default_rng(1)
         archs += [space.decode(space.sample(rng)) for _ in range(per_space)]
-    return archs
+    return [dataclasses.replace(a, rocs_share=share) for a in archs]
 
 
 def assert_same_scores(got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -72,10 +76,11 @@ def test_request_rows_follow_runs_of_ids() -> None:
     assert index.tolist() == [0, 0, 1, 2, 2, 2] and first.tolist() == [0, 2, 3]
 
 
-def test_shared_scoring_equals_per_candidate_scoring(spec: FeatureSpec) -> None:
+@pytest.mark.parametrize("share", SHARES)
+def test_shared_scoring_equals_per_candidate_scoring(spec: FeatureSpec, share: float | None) -> None:
     batch = request_batch(spec)
     ops = set()
-    for i, arch in enumerate(rocs_archs(spec)):
+    for i, arch in enumerate(rocs_archs(spec, per_space=12 if share is None else 6, share=share)):
         torch.manual_seed(i)
         model = build_model(arch, spec).eval()
         with torch.no_grad():
@@ -84,9 +89,10 @@ def test_shared_scoring_equals_per_candidate_scoring(spec: FeatureSpec) -> None:
     assert ops == {"mlp", "efc", "dot", "fm", "dcn", "attention", "wukong", "dhen", "gating", "sum"}
 
 
-def test_flops_counted_on_meta_are_the_flops_that_run(spec: FeatureSpec) -> None:
+@pytest.mark.parametrize("share", SHARES)
+def test_flops_counted_on_meta_are_the_flops_that_run(spec: FeatureSpec, share: float | None) -> None:
     batch = request_batch(spec)
-    archs = rocs_archs(spec, per_space=1)
+    archs = rocs_archs(spec, per_space=1, share=share)
     for arch in [archs[i] for i in (0, 3, 4, 5, 6, 7)]:  # dlrm, autoint, wukong, dhen, nasrec, engineer
         cost = rocs_cost(arch, spec)
         with FlopCounterMode(display=False) as counter:
@@ -107,6 +113,42 @@ def test_flops_of_a_masked_mlp_by_hand(spec: FeatureSpec) -> None:
     assert cost.per_candidate == 2 * 2 * 4 + 2 * 4
     assert flops(arch, spec) == 2 * 4 * 8 + 2 * 8
     assert rocs_flops(arch, spec, 10) == (pytest.approx(24 + 40 / 10), 40)
+
+
+def test_flops_of_a_masked_mlp_and_masked_head_by_hand(spec: FeatureSpec) -> None:
+    # mlp on 4 dense (2 request) -> 8 units, round(0.75 * 8) = 6 request side; head 8 (6 request)
+    # -> 4 hidden units, round(0.75 * 4) = 3 request side; then 4 -> 1.
+    arch = Architecture((BlockGene("mlp", ("dense",), {"width": 8}),), HeadGene((0,), (4,)), 4, rocs=True,
+                        rocs_share=0.75)
+    cost = rocs_cost(arch, spec)
+    # Per request: request inputs times every output of each map (2*2*8, 2*6*4, 2*3*1).
+    assert cost.per_request == 2 * 2 * 8 + 2 * 6 * 4 + 2 * 3 * 1
+    # Per candidate: candidate inputs to candidate outputs (2*2*2, 2*2*1) and the logit's (2*1*1).
+    assert cost.per_candidate == 2 * 2 * 2 + 2 * 2 * 1 + 2 * 1 * 1
+    assert flops(arch, spec) == 2 * 4 * 8 + 2 * 8 * 4 + 2 * 4 * 1
+    # The proportional rule keeps half of each layer candidate side: more per-candidate work.
+    assert rocs_cost(dataclasses.replace(arch, rocs_share=None), spec).per_candidate > cost.per_candidate
+
+
+def test_larger_share_gives_fewer_per_candidate_flops(spec: FeatureSpec) -> None:
+    archs = {share: rocs_archs(spec, per_space=2, share=share) for share in (0.5, 0.9)}
+    low = [rocs_cost(a, spec).per_candidate for a in archs[0.5]]
+    high = [rocs_cost(a, spec).per_candidate for a in archs[0.9]]
+    assert all(h <= lo for h, lo in zip(high, low)), list(zip(high, low))
+    assert sum(high) < sum(low)
+
+
+def test_masked_head_serves_request_units_once(spec: FeatureSpec) -> None:
+    """A deep masked head reading blocks and raw inputs scores like the model, at every share."""
+    genes = (BlockGene("efc", ("sparse",), {"out_fields": 4}), BlockGene("mlp", ("dense", 0), {"width": 6}))
+    batch = request_batch(spec, seed=3)
+    for share in SHARES:
+        arch = Architecture(genes, HeadGene((1, 0, "dense"), (7, 5)), 4, rocs=True, rocs_share=share)
+        torch.manual_seed(0)
+        model = build_model(arch, spec).eval()
+        assert model.head.request_out > 0
+        with torch.no_grad():
+            assert_same_scores(score_requests(model, batch), model(batch))
 
 
 def test_fallback_gives_what_the_split_forward_gives() -> None:
