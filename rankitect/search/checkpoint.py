@@ -1,7 +1,9 @@
 """The search checkpoint: one JSON file, rewritten atomically after every finished trial.
 
-It holds the config, the strategy's ``state_dict``, and every finished trial (candidates and
-baselines) with its genotype, result and MLflow child run id. A trial is written to the checkpoint
+It holds the config, the strategy's ``state_dict``, every finished trial (candidates and
+baselines) with its genotype, result and MLflow child run id, and the *plan* of a weight-sharing
+search (oneshot, dnas): the architectures its supernet phase chose for retraining, written as soon as
+they are chosen, so a resumed search retrains the missing ones without training a supernet again. A trial is written to the checkpoint
 *before* its child run is logged; on resume, trials without a run id are logged then, so a kill at
 any moment neither loses a finished trial nor runs or logs one twice.
 """
@@ -38,6 +40,7 @@ class SearchState:
     strategy: dict[str, Any] = field(default_factory=dict)
     trials: list[TrialRecord] = field(default_factory=list)
     done: bool = False
+    plan: list[dict[str, Any]] = field(default_factory=list)  # genotypes to retrain (oneshot, dnas)
 
     def candidates(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.kind == "candidate"]
@@ -49,6 +52,7 @@ class SearchState:
         return {
             "version": VERSION, "parent_run_id": self.parent_run_id, "config": self.config,
             "strategy": self.strategy, "done": self.done, "trials": [vars(t) for t in self.trials],
+            "plan": self.plan,
         }
 
     @classmethod
@@ -56,7 +60,8 @@ class SearchState:
         if d.get("version") != VERSION:
             raise UserError(f"search checkpoint version {d.get('version')!r} is not {VERSION}")
         return cls(parent_run_id=d["parent_run_id"], config=d["config"], strategy=d["strategy"],
-                   trials=[TrialRecord(**t) for t in d["trials"]], done=bool(d.get("done", False)))
+                   trials=[TrialRecord(**t) for t in d["trials"]], done=bool(d.get("done", False)),
+                   plan=list(d.get("plan", [])))
 
 
 def save_state(path: Path, state: SearchState) -> None:

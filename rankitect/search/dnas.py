@@ -33,7 +33,8 @@ from rankitect.search.runner import SearchRunner
 from rankitect.search.supernet_train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, frozen, save_supernet, start_child_run,
 )
-from rankitect.search.trial import InlineRunner, TrialPool, trial_output
+from rankitect.search.trial import InlineRunner, TrialPool
+from rankitect.space.architecture import Architecture
 from rankitect.space.supernet import Supernet
 
 
@@ -146,9 +147,13 @@ class DnasSearch(SearchRunner):
         return self.cfg.search.dnas.top_k
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
+        if not self.state.plan:
+            self._set_plan(self._search_supernet())
+        self._retrain_plan(runner, "dnas")
+
+    def _search_supernet(self) -> list[Architecture]:
+        """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
         cfg = self.cfg.search.dnas
-        if len(self.state.candidates()) >= cfg.top_k:
-            return  # a resumed search that had finished its candidates
         supernet = build_supernet(self.space, self.data.spec, self.cfg.search.seed)
         run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(self.tracker.client, run_id)
@@ -160,11 +165,11 @@ class DnasSearch(SearchRunner):
         save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
         self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
         self.tracker.client.set_terminated(run_id, "FINISHED")
+        archs = []
         for path in weights.most_probable(cfg.top_k):
-            arch = self.space.decode(path)
-            self.echo(f"dnas: derived {arch.hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs), retraining")
-            future = runner.submit(arch, self.train_cfg, self._weights_path(arch.hash))
-            self._record("candidate", arch.hash, arch, trial_output(future))
+            archs.append(self.space.decode(path))
+            self.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
+        return archs
 
 
 __all__ = ["ArchStep", "DnasSearch", "check_dnas_config", "dnas_search"]

@@ -38,7 +38,7 @@ from rankitect.search.runner import SearchRunner
 from rankitect.search.supernet_train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, save_supernet, start_child_run,
 )
-from rankitect.search.trial import InlineRunner, TrialPool, trial_output
+from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
 from rankitect.space.supernet import Supernet
 
@@ -196,9 +196,13 @@ class OneShotSearch(SearchRunner):
         return self.cfg.search.oneshot.top_k
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
+        if not self.state.plan:
+            self._set_plan(self._search_supernet())
+        self._retrain_plan(runner, "oneshot")
+
+    def _search_supernet(self) -> list[Architecture]:
+        """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
         cfg, seed = self.cfg.search.oneshot, self.cfg.search.seed
-        if len(self.state.candidates()) >= cfg.top_k:
-            return  # a resumed search that had finished its candidates
         supernet = build_supernet(self.space, self.data.spec, seed)
         self.echo(f"oneshot: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                   f"{cfg.supernet_steps} steps")
@@ -214,10 +218,7 @@ class OneShotSearch(SearchRunner):
         scorer = make_scorer(supernet, self.data, self.train_cfg, cfg)
         scored = evolve(supernet, scorer, self.strategy, cfg.population + cfg.children,
                         on_scored=self._log_scored, progress=self.cfg.train.progress)
-        for arch in best_scored(scored, self.objective, cfg.top_k):
-            self.echo(f"oneshot: retraining {arch.hash} from scratch")
-            future = runner.submit(arch, self.train_cfg, self._weights_path(arch.hash))
-            self._record("candidate", arch.hash, arch, trial_output(future))
+        return best_scored(scored, self.objective, cfg.top_k)
 
     def _log_scored(self, arch: Architecture, result: TrialResult) -> None:
         from rankitect.track.mlflow_tracker import KIND

@@ -131,6 +131,23 @@ class SearchRunner:
             return TrialPool(str(self.data.path), self.cfg.search.workers)
         return InlineRunner(self.data)
 
+    def _set_plan(self, archs: list[Architecture]) -> None:
+        """Checkpoint the architectures a supernet phase chose, before any of them is retrained."""
+        self.state.plan = [a.to_dict() for a in archs]
+        save_state(self.path, self.state)
+
+    def _retrain_plan(self, runner: InlineRunner | TrialPool, label: str) -> None:
+        """Retrain from scratch every planned architecture that has no recorded trial yet."""
+        done = {t.name for t in self.state.candidates()}
+        for d in self.state.plan:
+            arch = Architecture.from_dict(d)
+            if arch.hash in done:
+                continue
+            self.echo(f"{label}: retraining {arch.hash} from scratch")
+            future = runner.submit(arch, self.train_cfg, self._weights_path(arch.hash))
+            self._record("candidate", arch.hash, arch, trial_output(future))
+            done.add(arch.hash)
+
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
         """Train the baselines under the same budget (once per search: by the parent's owner)."""
         from rankitect.space.baselines import get_baseline
@@ -206,14 +223,16 @@ class SearchRunner:
             self.tracker.client.log_batch(record.run_id, metrics=metrics)
 
     def _rocs_mflops(self, arch: Architecture) -> dict[str, float]:
-        """FLOPs of ROCS serving at this data's mean candidates per request, beside per example."""
+        """ROCS serving FLOPs (the candidate's ``mflops``) beside the once-per-request part and the
+        FLOPs of scoring every candidate in full."""
+        from rankitect.search.trial import candidates_per_request
         from rankitect.serve.rocs import rocs_flops
+        from rankitect.space.flops import cost
 
-        test = self.data.split("test")
-        per_req = len(test) / max(1, test.n_requests)
+        per_req = candidates_per_request(self.data)
         per_example, per_request = rocs_flops(arch, self.data.spec, per_req)
         return {"rocs/mflops_per_example": per_example / 1e6, "rocs/mflops_per_request": per_request / 1e6,
-                "rocs/candidates_per_request": per_req}
+                "rocs/mflops_unshared": cost(arch, self.data.spec).mflops, "rocs/candidates_per_request": per_req}
 
     def _reconcile(self) -> None:
         """Log trials the checkpoint holds but MLflow may not (killed between the two writes)."""

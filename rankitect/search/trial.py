@@ -33,6 +33,30 @@ class TrialOutput:
     traceback: str | None = None
 
 
+def candidates_per_request(data: Any) -> float:
+    """Mean rows per request of the test split: the fan-out that ROCS serving shares work over."""
+    test = data.split("test")
+    return len(test) / max(1, test.n_requests)
+
+
+def candidate_cost(arch: Architecture, data: Any) -> tuple[float, int]:
+    """``(mflops, params)`` a search ranks ``arch`` by: MFLOPs per example as it would be served.
+
+    A ROCS-masked architecture is served by :func:`~rankitect.serve.score_requests`, its request
+    part once per request, so its MFLOPs per example are the request-shared ones at the data's
+    candidates per request; every other architecture computes everything per example.
+    """
+    from rankitect.space.flops import cost
+
+    c = cost(arch, data.spec)
+    if not arch.rocs:
+        return c.mflops, c.params
+    from rankitect.serve.rocs import rocs_flops
+
+    per_example, _ = rocs_flops(arch, data.spec, candidates_per_request(data))
+    return per_example / 1e6, c.params
+
+
 def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None) -> TrialOutput:
     """Cost, train and score ``arch`` on ``data``; failures are returned, not raised.
 
@@ -41,14 +65,12 @@ def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str
     """
     import torch
 
-    from rankitect.space.flops import cost
     from rankitect.train.loop import train_architecture
 
     start = time.perf_counter()
     mflops = params = None
     try:
-        c = cost(arch, data.spec)
-        mflops, params = c.mflops, c.params
+        mflops, params = candidate_cost(arch, data)
         out = train_architecture(arch, data, cfg)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds)
         if weights_path is not None:

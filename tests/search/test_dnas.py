@@ -17,6 +17,7 @@ from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops
 from rankitect.search.objective import Objective
 from rankitect.search.supernet_train import SupernetTrainer, build_supernet
 from rankitect.space import cost, get_space
+from rankitect.space.architecture import Architecture
 from rankitect.space.supernet import Supernet
 from rankitect.space.testing import tiny_spec
 from tests.search.tiny_data import tiny_click_data
@@ -181,3 +182,24 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert code == 0
     new = capsys.readouterr().out.split("MLflow run: ")[1].split()[0]
     assert client.get_run(new).data.tags["rankitect.start"] == "supernet"
+
+    # Killed after the supernet phase chose its winner but before the retraining was recorded:
+    # the resume retrains the planned architecture and trains no supernet again.
+    from rankitect.search.checkpoint import load_state, save_state
+
+    state_path = Path(client.get_run(parent).data.tags["rankitect.checkpoint"])
+    state = load_state(state_path)
+    assert [Architecture.from_dict(d).hash for d in state.plan] == [candidate.data.tags["genotype_hash"]]
+    client.delete_run(candidate.info.run_id)
+    state.trials = [t for t in state.trials if t.kind != "candidate"]
+    state.done = False
+    save_state(state_path, state)
+
+    def no_supernet(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a resumed search with a plan must not train a supernet")
+
+    monkeypatch.setattr("rankitect.search.dnas.build_supernet", no_supernet)
+    assert main(["search", "--resume", parent]) == 0
+    runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
+    retrained = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate"]
+    assert [r.data.tags["genotype_hash"] for r in retrained] == [candidate.data.tags["genotype_hash"]]
