@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
-from rankitect.space.space import Choice, SearchSpace, as_tuple, register_space
+from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space, rocs_share_choices
 
 LAYER_OPS = ("attention", "wukong", "dhen")
 READOUTS = ("flatten", "dot", "fm")
@@ -62,7 +62,7 @@ class EngineerSpace(SearchSpace):
 
     def __init__(
         self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]],
-        rocs: bool = False,
+        rocs: bool = False, rocs_shares: Sequence[float | None] = ROCS_SHARES,
     ) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
             raise ValueError(f"option 'max_depth' must be an int >= 0, got {max_depth!r}")
@@ -74,7 +74,9 @@ class EngineerSpace(SearchSpace):
         self.menus = {**menus, "heads": heads, "ffn": (False, True), "combine": ("concat", "sum")}
         options = {"max_depth": max_depth, "embedding_dim": embedding_dim, "use_dense": self.use_dense, **menus,
                    "rocs": self.rocs}
-        super().__init__("engineer", self._choices(), options)
+        if self.rocs:
+            options["rocs_shares"] = tuple(rocs_shares)
+        super().__init__("engineer", self._choices() + rocs_share_choices(self.rocs, rocs_shares), options)
 
     def _choices(self) -> list[Choice]:
         m = self.menus
@@ -138,12 +140,13 @@ class EngineerSpace(SearchSpace):
             deep_in = ("sparse", x_dense) if x_dense is not None else ("sparse",)
             z.append(add(BlockGene("mlp", deep_in, {"width": s["deep.width"], "num_layers": s["deep.layers"]})))
         widths = tuple(s[f"top.w{i}"] for i in range(s["top.layers"]))
-        return Architecture(tuple(genes), HeadGene(tuple(z), widths), self.embedding_dim, rocs=self.rocs)
+        share = s["rocs_share"] if self.rocs else None
+        return Architecture(tuple(genes), HeadGene(tuple(z), widths), self.embedding_dim, rocs=self.rocs, rocs_share=share)
 
     def _encode(self, arch: Architecture) -> dict[str, Any] | None:
         if arch.embedding_dim != self.embedding_dim or arch.rocs != self.rocs:
             return None
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"rocs_share": arch.rocs_share} if self.rocs else {}
         genes, p = arch.blocks, 0
         x_dense: InputRef | None = None
         if self.use_dense:
@@ -199,6 +202,7 @@ def engineer_space(
     cross_ranks: Sequence[int] = (0, 16, 32, 64),
     dense_tokens: Sequence[int] = (1, 2, 4),
     rocs: bool = False,
+    rocs_shares: Sequence[float | None] = ROCS_SHARES,
 ) -> EngineerSpace:
     """Stacks of attention / Wukong / DHEN layers, a readout, optional DCN, deep tower and top MLP.
 
@@ -206,7 +210,8 @@ def engineer_space(
     (Wukong FMB/LCB and DHEN output fields), ``heads``, ``wukong_ranks``, ``mlp_layers`` (Wukong),
     ``dhen_modules`` (``+``-joined module names), ``cross_ranks`` (0 = full rank),
     ``dense_tokens`` (tokens of the dense vector in the field stream); ``rocs=True`` holds only
-    ROCS-masked architectures (request-side work runs once per request).
+    ROCS-masked architectures (request-side work runs once per request), with ``rocs_shares`` the
+    menu of their request share (:data:`~rankitect.space.space.ROCS_SHARES`).
     """
     menus = {
         "widths": widths, "layer_widths": layer_widths, "fields": fields, "heads": heads,
@@ -215,5 +220,5 @@ def engineer_space(
     }
     return EngineerSpace(
         max_depth=max_depth, embedding_dim=embedding_dim, use_dense=use_dense,
-        menus={k: as_tuple(k, v) for k, v in menus.items()}, rocs=rocs,
+        menus={k: as_tuple(k, v) for k, v in menus.items()}, rocs=rocs, rocs_shares=rocs_shares,
     )

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
-from rankitect.space.space import Choice, SearchSpace, as_tuple, register_space
+from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space, rocs_share_choices
 
 NASREC_WIDTHS = (16, 32, 64, 128, 256, 512, 768, 1024)
 NASREC_TOKENS = (16, 32, 48, 64)
@@ -61,6 +61,7 @@ class NasrecSpace(SearchSpace):
         use_dense: bool,
         head_widths: Sequence[int],
         rocs: bool = False,
+        rocs_shares: Sequence[float | None] = ROCS_SHARES,
     ) -> None:
         for name, v in {"num_blocks": num_blocks, "max_inputs": max_inputs, "merge_tokens": merge_tokens}.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -77,7 +78,10 @@ class NasrecSpace(SearchSpace):
             "merge_tokens": merge_tokens, "num_heads": num_heads, "embedding_dim": embedding_dim,
             "use_dense": self.use_dense, "head_widths": self.head_widths, "rocs": self.rocs,
         }
-        super().__init__("nasrec", self._choices(widths, tokens), options)
+        if self.rocs:
+            options["rocs_shares"] = tuple(rocs_shares)
+        choices = self._choices(widths, tokens) + rocs_share_choices(self.rocs, rocs_shares)
+        super().__init__("nasrec", choices, options)
 
     def _choices(self, widths: tuple[int, ...], tokens: tuple[int, ...]) -> list[Choice]:
         out = []
@@ -116,7 +120,10 @@ class NasrecSpace(SearchSpace):
                 flat_out[str(k)].append(len(genes) - 1)
         consumed = {r for g in genes for r in g.inputs}
         head = tuple(i for i in range(len(genes)) if i not in consumed)
-        return Architecture(tuple(genes), HeadGene(head, self.head_widths), self.embedding_dim, rocs=self.rocs)
+        share = s["rocs_share"] if self.rocs else None
+        return Architecture(
+            tuple(genes), HeadGene(head, self.head_widths), self.embedding_dim, rocs=self.rocs, rocs_share=share
+        )
 
     def _field_op(
         self, s: Mapping[str, Any], k: int, genes: list[BlockGene], fields: list[InputRef], merged: list[InputRef]
@@ -141,7 +148,7 @@ class NasrecSpace(SearchSpace):
     def _encode(self, arch: Architecture) -> dict[str, Any] | None:
         if arch.embedding_dim != self.embedding_dim or arch.head.widths != self.head_widths or arch.rocs != self.rocs:
             return None
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"rocs_share": arch.rocs_share} if self.rocs else {}
         slot_of: dict[int, str] = {}
         p = 0
         for k in range(self.num_blocks):
@@ -191,14 +198,16 @@ def nasrec_space(
     use_dense: bool = True,
     head_widths: Sequence[int] = (),
     rocs: bool = False,
+    rocs_shares: Sequence[float | None] = ROCS_SHARES,
 ) -> NasrecSpace:
     """NASRec-Full (7 blocks, widths 16..1024, 16..64 tokens, <= 4 inputs, D = 16); smaller menus for tests.
 
     ``use_dense=False`` for data without dense features; ``head_widths`` adds hidden head layers;
-    ``rocs=True`` holds only ROCS-masked architectures (request-side work runs once per request).
+    ``rocs=True`` holds only ROCS-masked architectures (request-side work runs once per request),
+    with ``rocs_shares`` the menu of their request share (:data:`~rankitect.space.space.ROCS_SHARES`).
     """
     return NasrecSpace(
         num_blocks=num_blocks, widths=widths, tokens=tokens, max_inputs=max_inputs, merge_tokens=merge_tokens,
         num_heads=num_heads, embedding_dim=embedding_dim, use_dense=use_dense, head_widths=head_widths,
-        rocs=rocs,
+        rocs=rocs, rocs_shares=rocs_shares,
     )

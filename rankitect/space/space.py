@@ -213,6 +213,25 @@ def get_space(name: str, **options: Any) -> SearchSpace:
     return factory(**options)
 
 
+ROCS_SHARES: tuple[float | None, ...] = (None, 0.5, 0.75, 0.9)
+"""Default menu of ``rocs_share`` in a ``rocs=True`` space: ``None`` keeps each masked layer's
+request outputs proportional to its request inputs; a float gives that fraction of its outputs to
+the request side (cheaper per candidate, fewer candidate-side units). With search.rocs the
+objective counts FLOPs per example of request-shared scoring, so the search weighs the two."""
+
+
+def rocs_share_choices(rocs: bool, shares: Sequence[float | None]) -> list[Choice]:
+    """The ``rocs_share`` choice of a ROCS space (none without ROCS); ``shares`` are checked.
+
+    >>> rocs_share_choices(True, (None, 0.5))[0].options, rocs_share_choices(False, (0.5,))
+    ((None, 0.5), [])
+    """
+    for v in as_tuple("rocs_shares", shares):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1):
+            raise ValueError(f"option 'rocs_shares': {v!r} is neither None nor a number in (0, 1)")
+    return [Choice("rocs_share", tuple(None if v is None else float(v) for v in shares))] if rocs else []
+
+
 def as_tuple(name: str, value: Sequence[Any]) -> tuple[Any, ...]:
     """A preset option given as a list or tuple, as a non-empty tuple."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:

@@ -185,3 +185,18 @@ def test_local_process_pool_runs_every_trial_once(env: dict[str, str]) -> None:
     assert all(r.info.status == "FINISHED" for r in runs)
     assert len({r.data.tags["genotype_hash"] for r in runs}) == 4
     assert (outcome.out_dir / "weights" / "dlrm.pt").is_file()  # written by a worker process
+
+
+def test_rocs_search_ranks_candidates_by_request_shared_flops(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``search.rocs=true``: masked candidates with a searched request share; their ``mflops`` (what
+    the objective and the Pareto front use) are the request-shared FLOPs, logged beside the rest."""
+    code = main(["search", "--strategy", "random", "--trials", "2", *TINY, "search.baselines=[]", "search.rocs=true"])
+    assert code == 0
+    parent = capsys.readouterr().out.split("MLflow search run: ")[1].split()[0]
+    runs = [r for r in _children(parent) if r.data.tags["rankitect.kind"] == "candidate"]
+    assert len(runs) == 2
+    for r in runs:
+        m = r.data.metrics
+        assert m["mflops"] == pytest.approx(m["rocs/mflops_per_example"])
+        assert m["rocs/mflops_per_example"] < m["rocs/mflops_unshared"]
+        assert m["rocs/mflops_per_request"] > 0 and m["rocs/candidates_per_request"] > 1

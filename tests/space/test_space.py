@@ -148,3 +148,37 @@ def test_choice_validation() -> None:
     with pytest.raises(ValueError, match="at least one"):
         Choice("x", ())
     assert Choice("x", (1, True)).index(True) == 1
+
+
+@pytest.mark.parametrize("name", ["nasrec", "engineer"])
+def test_rocs_spaces_search_the_request_share(name: str) -> None:
+    """With ``rocs=True`` the request share is one more choice: sampled, encoded and mutated."""
+    shares = (None, 0.5, 0.75)
+    space = get_space(name, rocs=True, rocs_shares=shares)
+    assert "rocs_share" not in get_space(name).choices  # unmasked spaces have no share to choose
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(60):
+        arch = space.decode(space.sample(rng))
+        assert arch.rocs and arch.rocs_share in shares
+        seen.add(arch.rocs_share)
+        sample = space.encode(arch)
+        assert sample is not None and sample["rocs_share"] == arch.rocs_share
+        assert Architecture.from_json(arch.to_json()) == arch
+    assert seen == set(shares)
+    # Mutating only the share: every other choice fixed, the child differs in its share alone.
+    arch = space.decode(space.sample(rng))
+    sample = space.encode(arch)
+    other = next(s for s in shares if s != arch.rocs_share)
+    child = space.decode({**sample, "rocs_share": other})
+    assert child.rocs_share == other and child.blocks == arch.blocks and child.head == arch.head
+    # An architecture with a share outside the menu is not in the space.
+    import dataclasses
+
+    assert not space.contains(dataclasses.replace(arch, rocs_share=0.9))
+
+
+@pytest.mark.parametrize("bad", [(1.0,), (0.0,), ("half",), (True,), ()])
+def test_rocs_share_menu_is_checked(bad: tuple) -> None:
+    with pytest.raises(ValueError, match="rocs_shares"):
+        get_space("nasrec", rocs=True, rocs_shares=bad)
