@@ -42,6 +42,11 @@ def both_masks(arch: Architecture) -> list[Architecture]:
     return [arch, dataclasses.replace(arch, rocs=True)]
 
 
+def every_mask(arch: Architecture) -> list[Architecture]:
+    """Unmasked, masked with the proportional share and masked with ``rocs_share=0.75``."""
+    return [*both_masks(arch), dataclasses.replace(arch, rocs=True, rocs_share=0.75)]
+
+
 def sampled(name: str, options: dict, count: int, seed: int) -> list[Architecture]:
     space, rng = get_space(name, **options), np.random.default_rng(seed)
     return [space.decode(space.sample(rng)) for _ in range(count)]

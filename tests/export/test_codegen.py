@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,17 +14,17 @@ from rankitect.export import audit_source, generate_source
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.baselines import BASELINES
 from rankitect.space.testing import tiny_batch, tiny_spec
-from tests.export.archs import ALL_OPS, DENSE_ONLY, SMALL_ENGINEER, SMALL_NASREC, SPARSE_ONLY, both_masks, sampled
+from tests.export.archs import ALL_OPS, DENSE_ONLY, SMALL_ENGINEER, SMALL_NASREC, SPARSE_ONLY, every_mask, sampled
 from tests.export.conftest import assert_same_logits, exported_twin, perturbed_model
 
-HAND_WRITTEN = [a for arch in (ALL_OPS, DENSE_ONLY, SPARSE_ONLY) for a in both_masks(arch)]
+HAND_WRITTEN = [a for arch in (ALL_OPS, DENSE_ONLY, SPARSE_ONLY) for a in every_mask(arch)]
 
 
 def test_hand_written_genotypes_use_every_op() -> None:
     assert {g.op for g in ALL_OPS.blocks} == set(BLOCKS)
 
 
-@pytest.mark.parametrize("arch", HAND_WRITTEN, ids=lambda a: f"{a.hash}-rocs={a.rocs}")
+@pytest.mark.parametrize("arch", HAND_WRITTEN, ids=lambda a: f"{a.hash}-rocs={a.rocs}-share={a.rocs_share}")
 def test_exported_model_equals_rankitect_model(arch: Architecture, tmp_path: Path) -> None:
     spec = tiny_spec()
     model = perturbed_model(arch, spec)
@@ -38,7 +39,7 @@ def test_sampled_architectures_of_both_presets(name: str, options: dict, tmp_pat
     batch = tiny_batch(spec, 6, seed=3)
     archs = sampled(name, options, 3, seed=7)
     for i, arch in enumerate(archs):
-        for a in both_masks(arch):
+        for a in every_mask(arch):
             model = perturbed_model(a, spec, seed=i)
             assert_same_logits(model, exported_twin(a, spec, model, tmp_path), batch)
 
@@ -47,9 +48,9 @@ def test_baselines_export(tmp_path: Path) -> None:
     spec = tiny_spec()
     batch = tiny_batch(spec, 4)
     for make in BASELINES.values():
-        arch = make(spec, 4)
-        model = perturbed_model(arch, spec)
-        assert_same_logits(model, exported_twin(arch, spec, model, tmp_path), batch)
+        for arch in (make(spec, 4), dataclasses.replace(make(spec, 4), rocs=True, rocs_share=0.9)):
+            model = perturbed_model(arch, spec)
+            assert_same_logits(model, exported_twin(arch, spec, model, tmp_path), batch)
 
 
 def imported_modules(source: str) -> set[str]:
@@ -119,6 +120,31 @@ def test_hostile_genotype_is_refused(make, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         generate_source(arch, tiny_spec())
     assert not (tmp_path / "pwned").exists()
+
+
+class SneakyFloat(float):
+    def __repr__(self) -> str:
+        return "__import__('os').system('touch pwned')"
+
+
+@pytest.mark.parametrize("share", [HOSTILE, "0.5", "__import__('os')", float("nan"), float("inf"), 1.5, 0.0,
+                                   1.0, -0.5, True, 1, [0.5], SneakyFloat(0.5)])
+def test_hostile_rocs_share_is_refused(share: object, tmp_path: Path) -> None:
+    arch = Architecture((BlockGene("mlp", ("dense",), {"width": 4}),), HeadGene((0,), (3,)), 4, rocs=True,
+                        rocs_share=0.5)
+    object.__setattr__(arch, "rocs_share", share)  # past the genotype's own validation
+    with pytest.raises(ValueError, match="rocs_share"):
+        generate_source(arch, tiny_spec())
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_share_reaches_the_source_as_a_float_literal() -> None:
+    arch = Architecture((BlockGene("mlp", ("dense",), {"width": 4}),), HeadGene((0,), (3,)), 4, rocs=True,
+                        rocs_share=0.75)
+    source = generate_source(arch, tiny_spec())
+    assert "MLP(" in source and "rocs_share=0.75)" in source and "Head(4, [3], request_in=" in source
+    plain = generate_source(dataclasses.replace(arch, rocs_share=None), tiny_spec())
+    assert "rocs_share=" not in plain[plain.index("class ExportedModel"):]
 
 
 def test_int_subclass_with_its_own_repr_is_refused() -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rankitect.blocks import BLOCKS, build_block
-from rankitect.blocks.base import block_params
+from rankitect.blocks.base import block_params, takes_share
 from rankitect.blocks.common import ACTIVATIONS, NORMS
 from rankitect.blocks.dhen import COMBINES, MODULES
 from rankitect.export.plan import DHEN_COMBINES, DHEN_MODULES, OP_CLASSES, PARAM_SCHEMA
@@ -57,9 +57,10 @@ def request_cases(op: str, in_shape: tuple[int, ...]) -> list[Any]:
 
 
 CASES = [
-    pytest.param(op, shape, params, r, id=f"{op}-{i}-r{r}")
+    pytest.param(op, shape, params, r, share, id=f"{op}-{i}-r{r}-share{share}")
     for i, (op, shape, params) in enumerate(SETTINGS)
     for r in request_cases(op, shape)
+    for share in ((None, 0.75) if takes_share(op) and r is not None else (None,))
 ]
 
 
@@ -91,14 +92,17 @@ def make_inputs(op: str, in_shape: tuple[int, ...], batch: int, gen: torch.Gener
     return [torch.randn(batch, *in_shape, generator=gen)]
 
 
-@pytest.mark.parametrize(("op", "in_shape", "params", "request_in"), CASES)
-def test_twin_equals_block(op: str, in_shape: tuple[int, ...], params: dict[str, Any], request_in: Any) -> None:
+@pytest.mark.parametrize(("op", "in_shape", "params", "request_in", "share"), CASES)
+def test_twin_equals_block(
+    op: str, in_shape: tuple[int, ...], params: dict[str, Any], request_in: Any, share: float | None
+) -> None:
     torch.manual_seed(0)
-    block = build_block(op, in_shape, params, request_in=request_in)
+    block = build_block(op, in_shape, params, request_in=request_in, rocs_share=share)
     with torch.no_grad():
         for p in block.parameters():
             p.add_(0.2 * torch.randn_like(p))
-    twin = twin_class(op)(*in_shape, **params, request_in=request_in)
+    masking = {"request_in": request_in, **({"rocs_share": share} if share is not None else {})}
+    twin = twin_class(op)(*in_shape, **params, **masking)
     assert list(twin.state_dict()) == list(block.state_dict())
     twin.load_state_dict(block.state_dict())
     gen = torch.Generator().manual_seed(1)
@@ -119,13 +123,15 @@ ADAPTER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize(("masked", "share"), [(False, None), (True, None), (True, 0.75)])
 @pytest.mark.parametrize(("shapes", "requests", "in_kind", "num_inputs", "tokens"), ADAPTER_CASES)
 def test_adapter_and_head_twins(
-    shapes: list[tuple[int, ...]], requests: list[int], in_kind: str, num_inputs: int, tokens: int, masked: bool
+    shapes: list[tuple[int, ...]], requests: list[int], in_kind: str, num_inputs: int, tokens: int, masked: bool,
+    share: float | None,
 ) -> None:
     requests = requests if masked else [0] * len(requests)
-    kw = {"in_kind": in_kind, "num_inputs": num_inputs, "tokens": tokens, "dim": 4, "masked": masked}
+    kw = {"in_kind": in_kind, "num_inputs": num_inputs, "tokens": tokens, "dim": 4, "masked": masked,
+          "rocs_share": share}
     torch.manual_seed(0)
     original = InputAdapter(shapes, requests, **kw)
     twin = layers.InputAdapter(shapes, requests, **kw)
@@ -136,7 +142,9 @@ def test_adapter_and_head_twins(
     with torch.no_grad():
         for a, b in zip(original(xs), twin(xs), strict=True):
             assert torch.equal(a, b)
-    head, head_twin = Head(7, [5, 3]), layers.Head(7, [5, 3])
+    head_kw = {"request_in": 2, "rocs_share": share} if masked else {}
+    head, head_twin = Head(7, [5, 3], **head_kw), layers.Head(7, [5, 3], **head_kw)
+    assert list(head_twin.state_dict()) == list(head.state_dict())
     head_twin.load_state_dict(head.state_dict())
     x = torch.randn(3, 7, generator=gen)
     assert torch.equal(head(x), head_twin(x))

@@ -6,6 +6,7 @@ import hashlib
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, Params
@@ -117,3 +118,56 @@ def test_dcn_full_rank_zero_is_allowed_but_negative_is_not() -> None:
     assert BlockGene("dcn", ("dense",), {"low_rank": 0}).params["low_rank"] == 0
     with pytest.raises(ValueError, match="low_rank"):
         BlockGene("dcn", ("dense",), {"low_rank": -1})
+
+
+def test_rocs_share_round_trips_and_is_written_only_when_set() -> None:
+    shared = make(rocs=True, rocs_share=0.75)
+    back = Architecture.from_json(shared.to_json())
+    assert back == shared and back.hash == shared.hash and back.rocs_share == 0.75
+    assert json.loads(shared.to_json())["rocs_share"] == 0.75
+    assert shared.hash != make(rocs=True).hash
+    assert type(make(rocs=True, rocs_share=np.float64(0.75)).rocs_share) is float  # plain float in JSON
+    for arch in (make(), make(rocs=True)):
+        assert "rocs_share" not in arch.to_json() and "rocs_share" not in arch.to_json(indent=2)
+        assert Architecture.from_json(arch.to_json()).rocs_share is None
+
+
+def test_hash_without_a_share_is_the_hash_of_the_json_of_before() -> None:
+    """An architecture without a share hashes as before the field existed: the sha256 of the JSON
+    of its four keys, written here by hand."""
+    arch = make(rocs=True)
+    old = {
+        "blocks": [
+            {"op": "mlp", "inputs": ["dense"], "tokens": 1,
+             "params": {"activation": "relu", "norm": "layernorm", "num_layers": 1, "width": 8}},
+            {"op": "attention", "inputs": ["sparse", 0], "tokens": 2, "params": {"ffn": True, "num_heads": 2}},
+            {"op": "dhen", "inputs": [1], "tokens": 1,
+             "params": {"combine": "concat", "modules": ["dot", "linear"], "out_fields": 3}},
+        ],
+        "head": {"inputs": [2, 0], "widths": [16, 8]},
+        "embedding_dim": 4,
+        "rocs": True,
+    }
+    text = json.dumps(old, sort_keys=True, separators=(",", ":"))
+    assert arch.to_json() == text
+    assert arch.hash == hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"rocs_share": 0.5}, "rocs is False"),
+        ({"rocs": True, "rocs_share": 1.0}, r"\(0, 1\)"),
+        ({"rocs": True, "rocs_share": 0.0}, r"\(0, 1\)"),
+        ({"rocs": True, "rocs_share": float("nan")}, r"\(0, 1\)"),
+        ({"rocs": True, "rocs_share": "0.5"}, r"\(0, 1\)"),
+        ({"rocs": True, "rocs_share": True}, r"\(0, 1\)"),
+        ({"rocs": True, "rocs_share": 1}, r"\(0, 1\)"),
+    ],
+)
+def test_bad_rocs_share_names_the_field(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=rf"rocs_share: .*{match}"):
+        make(**kw)
+    d = {**make().to_dict(), **kw}
+    with pytest.raises(ValueError, match="rocs_share"):
+        Architecture.from_dict(d)

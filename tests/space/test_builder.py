@@ -8,6 +8,7 @@ import torch
 
 from rankitect.data.batch import Batch, make_batch
 from rankitect.data.spec import FeatureSpec
+from rankitect.blocks.common import MaskedLinear
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.builder import build_model
 from rankitect.space.testing import tiny_batch, tiny_spec
@@ -97,21 +98,27 @@ ROCS_GENES = (
     BlockGene("fm", (2, 1)),
     BlockGene("dcn", (4, 5), {"low_rank": 3}),
     BlockGene("wukong", (2,), {"fmb_fields": 2, "lcb_fields": 2, "low_rank": 2, "mlp_width": 4}),
-    BlockGene("sum", (6, 7), {"width": 4}),
+    BlockGene("sum", (6, 7), {"width": 8}),
 )
 
 
-def _outputs(model: torch.nn.Module, batch: Batch) -> list[torch.Tensor]:
+def _hooked(model: torch.nn.Module, modules: list[torch.nn.Module], batch: Batch) -> list[torch.Tensor]:
+    """The outputs of ``modules`` in one forward pass of ``model``."""
     outs: list[torch.Tensor] = []
-    hooks = [b.register_forward_hook(lambda m, i, o: outs.append(o)) for b in model.blocks]
+    hooks = [b.register_forward_hook(lambda m, i, o: outs.append(o)) for b in modules]
     model(batch)
     for h in hooks:
         h.remove()
     return outs
 
 
-def test_rocs_request_outputs_ignore_candidate_features(spec: FeatureSpec) -> None:
-    arch = Architecture(ROCS_GENES, HeadGene((8,), (4,)), 3, rocs=True)
+def _outputs(model: torch.nn.Module, batch: Batch) -> list[torch.Tensor]:
+    return _hooked(model, list(model.blocks), batch)
+
+
+@pytest.mark.parametrize("share", [None, 0.75])
+def test_rocs_request_outputs_ignore_candidate_features(spec: FeatureSpec, share: float | None) -> None:
+    arch = Architecture(ROCS_GENES, HeadGene((8, 7, "dense"), (6, 4)), 3, rocs=True, rocs_share=share)
     torch.manual_seed(0)
     model = build_model(arch, spec)
     base = tiny_batch(spec, 4, seed=1)
@@ -123,6 +130,16 @@ def test_rocs_request_outputs_ignore_candidate_features(spec: FeatureSpec) -> No
     moved = make_batch(dense, ids, base.labels, base.request_ids, keys=spec.sparse_names)
     with torch.no_grad():
         before, after = _outputs(model, base), _outputs(model, moved)
+        # The head's hidden layers (before their ReLU) are masked too: (B, width) each.
+        hidden = [m for m in model.head.mlp[:-1] if isinstance(m, MaskedLinear)]
+        head_before, head_after = _hooked(model, hidden, base), _hooked(model, hidden, moved)
+    for lin, x, y in zip(hidden, head_before, head_after, strict=True):
+        r = lin.request_out
+        assert 0 < r < lin.out_features
+        if share is not None:
+            assert r == round(share * lin.out_features)
+        torch.testing.assert_close(x[:, :r], y[:, :r], rtol=0, atol=0, msg="head request units moved")
+        assert not torch.allclose(x[:, r:], y[:, r:])
     request = [b.request_out for b in model.blocks]
     assert sum(r > 0 for r in request) >= len(request) - 1, request  # dot of one request field has no pair
     for i, (x, y, r) in enumerate(zip(before, after, request)):

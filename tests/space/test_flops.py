@@ -58,11 +58,14 @@ ONE_BLOCK: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
 @pytest.mark.parametrize(
     ("op", "inputs", "knobs", "tokens"), ONE_BLOCK, ids=[f"{o[0]}-{i}" for i, o in enumerate(ONE_BLOCK)]
 )
-@pytest.mark.parametrize("rocs", [False, True])
+@pytest.mark.parametrize(("rocs", "share"), [(False, None), (True, None), (True, 0.75)])
 def test_one_block_architectures(
-    op: str, inputs: tuple[Any, ...], knobs: dict[str, Any], tokens: int, rocs: bool, spec: FeatureSpec, batch: Batch
+    op: str, inputs: tuple[Any, ...], knobs: dict[str, Any], tokens: int, rocs: bool, share: float | None,
+    spec: FeatureSpec, batch: Batch,
 ) -> None:
-    arch = Architecture((BlockGene(op, inputs, knobs, tokens=tokens),), HeadGene((0,), (5,)), 4, rocs=rocs)
+    """Every block, unmasked and masked (the head's hidden layers masked too), at two shares."""
+    head = HeadGene((0, "sparse"), (5, 3))
+    arch = Architecture((BlockGene(op, inputs, knobs, tokens=tokens),), head, 4, rocs=rocs, rocs_share=share)
     check(arch, spec, batch)
 
 
