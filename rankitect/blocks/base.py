@@ -27,7 +27,9 @@ a multiply-add is 2); elementwise work, norms and activations count 0; embedding
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from torch import nn
@@ -76,21 +78,25 @@ def register_block(name: str):
     return wrap
 
 
+@functools.cache
+def _init_parameters(cls: type[Block]) -> Mapping[str, inspect.Parameter]:
+    """The parameters of ``cls.__init__`` (cached: decoding asks for them on every gene)."""
+    return inspect.signature(cls.__init__).parameters
+
+
 def block_params(op: str) -> dict[str, inspect.Parameter]:
     """The keyword-only parameters (gene params) a registered block accepts, ``request_in`` and
     ``rocs_share`` (masking, set by the architecture) excluded."""
-    cls = get_block_class(op)
-    sig = inspect.signature(cls.__init__)
     return {
         n: p
-        for n, p in sig.parameters.items()
+        for n, p in _init_parameters(get_block_class(op)).items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY and n not in MASKING_ARGS
     }
 
 
 def takes_share(op: str) -> bool:
     """Whether block ``op`` takes ``rocs_share`` (it has masked layers with a free request share)."""
-    return "rocs_share" in inspect.signature(get_block_class(op).__init__).parameters
+    return "rocs_share" in _init_parameters(get_block_class(op))
 
 
 def get_block_class(op: str) -> type[Block]:
