@@ -130,7 +130,8 @@ def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    scores = torch.matmul(q, k.transpose(-1, -2)) / scale  # (B, H, n, Dh) @ (B, H, Dh, m) -> (B, H, n, m)
+    # The scale on the queries (n x Dh per head) costs less than on the scores (n x m).
+    scores = torch.matmul(q / scale, k.transpose(-1, -2))  # (B, H, n, Dh) @ (B, H, Dh, m) -> (B, H, n, m)
     out = torch.matmul(scores.softmax(dim=-1), v)  # (B, H, n, m) @ (B, H, m, Dh) -> (B, H, n, Dh)
     B, H, n, Dh = out.shape
     return out.transpose(1, 2).reshape(B, n, H * Dh)  # (B, H, n, Dh) -> (B, n, H, Dh) -> (B, n, D)
