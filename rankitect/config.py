@@ -59,7 +59,7 @@ class TrainConfig:
 
 @dataclass
 class EvolutionConfig:
-    population: int = 16
+    population: int = 8  # of the default 16 trials: 8 random, then 8 mutated children
     sample_size: int = 4
 
 
