@@ -38,7 +38,7 @@ class RegularizedEvolution(Strategy):
     """
 
     def __init__(
-        self, space: Space, *, seed: int, objective: Objective | None = None, population: int = 16,
+        self, space: Space, *, seed: int, objective: Objective | None = None, population: int = 8,
         sample_size: int = 4, num_mutations: int = 1, max_retries: int = 100,
         storage: str | None = None, study_name: str | None = None,
     ) -> None:

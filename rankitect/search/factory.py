@@ -5,7 +5,7 @@
 >>> objective_from_config(cfg.search)
 Objective(target_mflops=2.0, penalty='absolute', weight=0.1)
 >>> strategy_options_from_config(cfg.search)
-{'population': 16, 'sample_size': 4}
+{'population': 8, 'sample_size': 4}
 """
 
 from __future__ import annotations
