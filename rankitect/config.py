@@ -127,7 +127,7 @@ class RuntimeConfig:
     device: str = "cpu"
     compile: bool = False  # torch.compile the training forward (pays off over thousands of steps)
     compile_fusion: bool = True  # with compile: Inductor's Optimus batch-fusion passes
-    precision: Literal["fp32", "bf16", "fp8"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp8"] = "fp32"  # bf16: autocast (Lightning bf16-mixed); fp8: safe layers
     fp8_threshold: float = 0.1  # fp8: a linear goes FP8 if the probe's relative output error is at most this
     fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"
     sharding: Literal["none", "torchrec"] = "none"

@@ -62,10 +62,12 @@ def _loader(split: Any, batch_size: int, *, shuffle: bool, seed: int, repeat: bo
 
 def make_trainer(
     cfg: TrainConfig, *, max_steps: int, callbacks: list[pl.Callback] | None = None, accelerator: str = "cpu",
+    precision: str = "32-true",
 ) -> pl.Trainer:
     return pl.Trainer(
         accelerator=accelerator,
         devices=1,
+        precision=precision,
         max_steps=max_steps,
         val_check_interval=max(1, min(cfg.val_every, max_steps)),
         check_val_every_n_epoch=None,
@@ -87,6 +89,9 @@ def train_model(
 
     ``runtime`` (None: eager fp32 on the CPU) may compile the training forward or convert safe
     layers to FP8 (see :mod:`rankitect.train.runtime`); compile time counts in ``train_seconds``.
+    ``runtime.precision=bf16`` trains and validates under bf16 autocast (Lightning's
+    ``bf16-mixed``: matrix products in bfloat16, weights, optimizer state and the loss in float32);
+    the returned val/test scores run in float32 on the trained weights.
     Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges.
     """
     steps = cfg.steps if steps is None else steps
@@ -99,7 +104,8 @@ def train_model(
         trained = prepare_training(model, data, cfg, runtime)
     task = RankingTask(trained, cfg)
     accelerator = "gpu" if runtime is not None and runtime.device.startswith("cuda") else "cpu"
-    trainer = make_trainer(cfg, max_steps=steps, callbacks=callbacks, accelerator=accelerator)
+    precision = "bf16-mixed" if runtime is not None and runtime.precision == "bf16" else "32-true"
+    trainer = make_trainer(cfg, max_steps=steps, callbacks=callbacks, accelerator=accelerator, precision=precision)
     train_dl = _loader(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True)
     val_dl = _loader(data.split("val"), cfg.batch_size, shuffle=False, seed=0, repeat=False)
     with warnings.catch_warnings():

@@ -72,7 +72,7 @@ class RankingTask(pl.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
-        loss = self.loss_fn(self.model(batch), batch.labels)
+        loss = self.loss_fn(self.model(batch).float(), batch.labels)  # fp32 loss under bf16 autocast
         if not torch.isfinite(loss):
             raise TrialDiverged(f"training loss is {loss.item()} at step {self.global_step}")
         for opt in opts:
@@ -90,7 +90,7 @@ class RankingTask(pl.LightningModule):
         self._val.reset()
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._val.update(self.model(batch), batch.labels)
+        self._val.update(self.model(batch).float(), batch.labels)
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking or self._val.count == 0:

@@ -191,3 +191,33 @@ def test_compiled_training_through_the_trainer_matches_eager(data: Any, monkeypa
     assert "batch_linear" in compiles[0]["pre_grad_fusion_options"]
     for a, b in zip(results[0].model.parameters(), results[1].model.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_bf16_trains_the_products_in_bfloat16_and_keeps_fp32_weights(data: Any) -> None:
+    """``runtime.precision=bf16``: every Linear of the training and validation forwards computes in
+    bfloat16 (autocast), the weights stay float32, and training goes where fp32 training goes."""
+    cfg = TrainConfig(steps=6, batch_size=64, val_every=6, val_batches=2, test_batches=2, progress=False)
+    seen: list[tuple[bool, torch.dtype]] = []
+
+    def record(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        seen.append((torch.is_grad_enabled(), output.dtype))
+
+    results = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        model = build_model(ARCH, data.spec)
+        if precision == "bf16":
+            hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.Linear)]
+        results[precision] = train_model(model, data, cfg, runtime=RuntimeConfig(precision=precision))
+    for h in hooks:
+        h.remove()
+    scoring = (cfg.val_batches + cfg.test_batches) * len(hooks)  # the final val/test scores: fp32
+    during_fit = seen[: len(seen) - scoring]
+    assert {grad for grad, _ in during_fit} == {True, False}  # training and validation forwards both seen
+    assert {dtype for _, dtype in during_fit} == {torch.bfloat16}
+    assert {dtype for _, dtype in seen[len(during_fit):]} == {torch.float32}
+    assert all(p.dtype == torch.float32 for p in results["bf16"].model.parameters())
+    for a, b in zip(results["fp32"].model.parameters(), results["bf16"].model.parameters()):
+        assert not torch.equal(a, b)  # bf16 rounding changed the trajectory ...
+        torch.testing.assert_close(a, b, atol=0.05, rtol=0.05)  # ... but not where it went
+    assert abs(results["bf16"].metrics["test/ne"] - results["fp32"].metrics["test/ne"]) < 0.02
