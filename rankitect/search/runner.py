@@ -9,8 +9,14 @@ killed search exactly where its checkpoint stands. A candidate that fails become
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import re
+import socket
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +35,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_TAG = "rankitect.checkpoint"
 TRIAL_TAG = "rankitect.trial"
 PARENT_ATTR = "mlflow_parent_run_id"
+SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
 
 @dataclass
@@ -84,8 +91,11 @@ class SearchRunner:
         if state is not None and state.strategy and self.strategy is not None:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
-        self.path = self.out_dir / "state.json"
-        self.tracker.client.set_tag(self.state.parent_run_id, CHECKPOINT_TAG, str(self.path))
+        # With shared storage the processes share the parent run and its folder: the owner keeps
+        # ``state.json`` (what --resume finds), every other process a checkpoint of its own.
+        self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
+        tag = CHECKPOINT_TAG if self.owner else f"{CHECKPOINT_TAG}.{process_key()}"
+        self.tracker.client.set_tag(self.state.parent_run_id, tag, str(self.path))
         save_state(self.path, self.state)
 
     @classmethod
@@ -203,6 +213,8 @@ class SearchRunner:
         save_state(self.path, self.state)
         self._log_child(record, out.history)
         save_state(self.path, self.state)
+        if self.cfg.search.storage:
+            self._share(record)
         self._prune_weights()
         self.echo(_trial_line(record, len(self.state.candidates()), self.candidate_budget()))
         if out.traceback:
@@ -233,6 +245,22 @@ class SearchRunner:
         per_example, per_request = rocs_flops(arch, self.data.spec, per_req)
         return {"rocs/mflops_per_example": per_example / 1e6, "rocs/mflops_per_request": per_request / 1e6,
                 "rocs/mflops_unshared": cost(arch, self.data.spec).mflops, "rocs/candidates_per_request": per_req}
+
+    def _share(self, record: TrialRecord) -> None:
+        """Put a finished trial in the shared study, so every process's Pareto table can hold it."""
+        entry = {"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result}
+        _load_study(self.cfg).set_user_attr(SHARED_TRIAL_ATTR + record.name, entry)
+
+    def _all_trials(self) -> list[TrialRecord]:
+        """This process's trials, plus (with shared storage) those every other process has finished."""
+        trials = list(self.state.trials)
+        if self.cfg.search.storage:
+            names = {t.name for t in trials}
+            for key, e in sorted(_load_study(self.cfg).user_attrs.items()):
+                if key.startswith(SHARED_TRIAL_ATTR) and e["name"] not in names:
+                    trials.append(TrialRecord(number=-1, kind=e["kind"], name=e["name"], arch=e["arch"],
+                                              result=e["result"]))
+        return trials
 
     def _reconcile(self) -> None:
         """Log trials the checkpoint holds but MLflow may not (killed between the two writes)."""
@@ -282,9 +310,10 @@ class SearchRunner:
 
     def _prune_weights(self) -> None:
         keep = {Path(self._weights_path(t.name)).name for t in self._kept()}
+        mine = {Path(self._weights_path(t.name)).name for t in self.state.trials}  # never another process's
         folder = self.out_dir / "weights"
         for f in folder.glob("*.pt") if folder.is_dir() else ():
-            if f.name not in keep:
+            if f.name in mine and f.name not in keep:
                 f.unlink()
 
     def _log_weights(self) -> None:
@@ -300,24 +329,45 @@ class SearchRunner:
     # --- the end ---------------------------------------------------------------------------------
 
     def _finish(self) -> SearchOutcome:
-        from rankitect.eval.pareto import pareto_table
-
-        cands = [(Architecture.from_dict(t.arch), TrialResult.from_dict(t.result)) for t in self.state.candidates()]
-        bases = [(t.name, TrialResult.from_dict(t.result)) for t in self.state.baselines()]
-        table = pareto_table(cands, bases, objective=self.objective)
-        best = _winner(table, cands)
         self.state.done = True
         save_state(self.path, self.state)
-        table.to_csv(self.out_dir / "pareto.csv", index=False)
         self._log_weights()
-        if best is not None:
-            (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
-        rows = sum(len(self.data.split(s)) for s in ("train", "val", "test"))
-        title = (f"{self.cfg.search.strategy} search, {self.cfg.search.space} space, "
-                 f"{self.data.spec.name} data ({rows:,} rows)")
-        self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
-                                   plot_title=title, floor=self.data.split("test").bayes_ne)
+        # Processes of one shared search finish into one folder and parent run: the table is read
+        # and written under a lock, so the last writer has read every trial shared before it.
+        with folder_lock(self.out_dir):
+            table, best = self._pareto()
+            table.to_csv(self.out_dir / "pareto.csv", index=False)
+            if best is not None:
+                (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
+            rows = sum(len(self.data.split(s)) for s in ("train", "val", "test"))
+            title = (f"{self.cfg.search.strategy} search, {self.cfg.search.space} space, "
+                     f"{self.data.spec.name} data ({rows:,} rows)")
+            self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
+                                       plot_title=title, floor=self.data.split("test").bayes_ne)
         return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir)
+
+    def _pareto(self) -> tuple[pd.DataFrame, Architecture | None]:
+        """The Pareto table of every finished trial (all processes' with shared storage) and its winner."""
+        from rankitect.eval.pareto import pareto_table
+
+        trials = self._all_trials()
+        cands = [(Architecture.from_dict(t.arch), TrialResult.from_dict(t.result)) for t in trials
+                 if t.kind == "candidate"]
+        bases = [(t.name, TrialResult.from_dict(t.result)) for t in trials if t.kind == "baseline"]
+        table = pareto_table(cands, bases, objective=self.objective)
+        return table, _winner(table, cands)
+
+
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` among processes of this machine (a lock file inside it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]]) -> Architecture | None:
@@ -344,6 +394,12 @@ def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
         return f"{head} {record.name} FAILED: {r.error}"
     return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
             f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s")
+
+
+def process_key() -> str:
+    """This process among those sharing a search: ``host-pid`` (a file-name-safe string)."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
+    return f"{host}-{os.getpid()}"
 
 
 def _load_study(cfg: Config) -> Any:

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rankitect.cli import main
@@ -170,10 +171,24 @@ def test_two_processes_share_one_sqlite_study(env: dict[str, str], tmp_path: Pat
     assert len(hashes) == 4 and len(set(hashes)) == 4
     parents = {o.split("search run ")[1].split(":")[0] for o, _ in outs}
     assert len(parents) == 1
-    runs = _children(parents.pop())
+    parents_id = parents.pop()
+    runs = _children(parents_id)
     assert sorted(r.data.tags["genotype_hash"] for r in runs) == sorted(hashes)
     per_process = [o.count("] ") for o, _ in outs]
     assert sum(per_process) == 4, per_process  # how they split the work depends on timing
+    # One folder (one parent run), a checkpoint per process, and no process pruned another's weights.
+    folder = Path(_client().get_run(parents_id).data.tags["rankitect.checkpoint"]).parent
+    states = sorted(folder.glob("state*.json"))
+    assert len(states) == 2 and "state.json" in {p.name for p in states}
+    owned = [t["name"] for p in states for t in json.loads(p.read_text())["trials"]]
+    assert sorted(owned) == sorted(hashes)
+    kept = {p.stem for p in (folder / "weights").glob("*.pt")}
+    for p in states:  # each process keeps its top search.keep_top_k (3) of its own candidates
+        mine = [t["name"] for t in json.loads(p.read_text())["trials"]]
+        assert len(kept & set(mine)) == min(3, len(mine)), (mine, kept)
+    # The process that finished last wrote the Pareto table with every process's candidates.
+    pareto = pd.read_csv(folder / "pareto.csv")
+    assert sorted(pareto["hash"]) == sorted(hashes)
 
 
 def test_local_process_pool_runs_every_trial_once(env: dict[str, str]) -> None:
