@@ -10,8 +10,13 @@ any moment neither loses a finished trial nor runs or logs one twice.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,3 +87,21 @@ def load_state(path: Path) -> SearchState:
         return SearchState.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise UserError(f"{path}: not a readable search checkpoint ({e})") from None
+
+
+def process_key() -> str:
+    """This process among those sharing a search: ``host-pid`` (a file-name-safe string)."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
+    return f"{host}-{os.getpid()}"
+
+
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` among processes of this machine (a lock file inside it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

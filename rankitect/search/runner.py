@@ -9,14 +9,8 @@ killed search exactly where its checkpoint stands. A candidate that fails become
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import re
-import socket
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +20,7 @@ import pandas as pd
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
-from rankitect.search.checkpoint import SearchState, TrialRecord, load_state, save_state
+from rankitect.search.checkpoint import SearchState, TrialRecord, folder_lock, load_state, process_key, save_state
 from rankitect.search.factory import objective_from_config, strategy_from_config
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
@@ -358,18 +352,6 @@ class SearchRunner:
         return table, _winner(table, cands)
 
 
-@contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` among processes of this machine (a lock file inside it)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]]) -> Architecture | None:
     rows = table[table["winner"]]
     if not len(rows):
@@ -394,12 +376,6 @@ def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
         return f"{head} {record.name} FAILED: {r.error}"
     return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
             f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s")
-
-
-def process_key() -> str:
-    """This process among those sharing a search: ``host-pid`` (a file-name-safe string)."""
-    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
-    return f"{host}-{os.getpid()}"
 
 
 def _load_study(cfg: Config) -> Any:
