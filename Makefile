@@ -27,6 +27,11 @@ $(STAMP): pyproject.toml
 # cannot run, the install goes on and that test fails saying what is missing.
 	command -v chromium >/dev/null || { apt-get update && apt-get install -y --no-install-recommends chromium; } \
 	  || echo "warning: chromium not installed; tests/track/test_ui_browser.py needs it"
+# tests/search/test_runner.py shares one search between two processes through a PostgreSQL
+# server it starts itself on 127.0.0.1: Debian's server package, installed the same way.
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  || { apt-get update && apt-get install -y --no-install-recommends postgresql; } \
+	  || echo "warning: postgresql not installed; the PostgreSQL test of tests/search/test_runner.py needs it"
 	touch $(STAMP)
 
 clean:

@@ -18,6 +18,35 @@ if TYPE_CHECKING:
 HASH_ATTR = "genotype_hash"
 GENOTYPE_ATTR = "genotype"
 DUPLICATE_ATTR = "duplicate_of"
+OVER_BUDGET_ATTR = "over_budget"  # proposed after a shared search's trials were all taken: never run
+
+
+def counts(trial: Any) -> bool:
+    """Whether ``trial`` is a proposal of its own: a genotype, neither a duplicate nor over budget."""
+    attrs = trial.user_attrs
+    return HASH_ATTR in attrs and DUPLICATE_ATTR not in attrs and OVER_BUDGET_ATTR not in attrs
+
+
+def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budget: int) -> bool:
+    """Whether the running proposal of ``genotype_hash`` is within a shared study's ``budget``.
+
+    Processes check the budget before they propose, so two may propose the last trial at once;
+    the earlier proposals (by trial number) keep the budget, and a proposal past it is marked
+    :data:`OVER_BUDGET_ATTR` and failed, and is never trained.
+    """
+    optuna = import_optuna()
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    running = optuna.trial.TrialState.RUNNING
+    mine = [t for t in trials if counts(t) and t.user_attrs[HASH_ATTR] == genotype_hash and t.state == running]
+    if not mine:
+        return True
+    number = mine[-1].number
+    if sum(1 for t in trials if counts(t) and t.number < number) < budget:
+        return True
+    optuna.trial.Trial(study, mine[-1]._trial_id).set_user_attr(OVER_BUDGET_ATTR, True)
+    study.tell(number, state=optuna.trial.TrialState.FAIL)
+    return False
 
 
 def import_optuna() -> Any:

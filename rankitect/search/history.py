@@ -83,8 +83,7 @@ class StudyHistory:
         marked a duplicate and failed, and the caller proposes again."""
         trial = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
         earlier = [t for t in self.study.get_trials(deepcopy=False)
-                   if t.user_attrs.get(_optuna.HASH_ATTR) == h and t.number < trial.number
-                   and _optuna.DUPLICATE_ATTR not in t.user_attrs]
+                   if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == h and t.number < trial.number]
         if earlier:
             trial.set_user_attr(_optuna.DUPLICATE_ATTR, earlier[0].number)
             self.study.tell(trial, state=_optuna.import_optuna().trial.TrialState.FAIL)
@@ -104,7 +103,7 @@ class StudyHistory:
     def finished(self) -> list[Record]:
         states = _optuna.import_optuna().trial.TrialState
         done = self.study.get_trials(deepcopy=False, states=(states.COMPLETE, states.FAIL))
-        done = [t for t in done if _optuna.HASH_ATTR in t.user_attrs and _optuna.DUPLICATE_ATTR not in t.user_attrs]
+        done = [t for t in done if _optuna.counts(t)]
         done.sort(key=lambda t: (t.datetime_complete, t.number))  # the order they finished in, all processes
         return [
             Record(t.user_attrs[_optuna.HASH_ATTR], t.params, math.inf if t.value is None else t.value) for t in done
@@ -112,7 +111,7 @@ class StudyHistory:
 
     def seen(self) -> set[str]:
         trials = self.study.get_trials(deepcopy=False)
-        return {t.user_attrs[_optuna.HASH_ATTR] for t in trials if _optuna.HASH_ATTR in t.user_attrs}
+        return {t.user_attrs[_optuna.HASH_ATTR] for t in trials if _optuna.counts(t)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"pending": dict(self._pending)}

@@ -101,9 +101,8 @@ class OptunaStrategy(Strategy):
         """Genotype hash -> the first trial that proposed it (running, complete or failed)."""
         known: dict[str, Any] = {}
         for t in self.study.get_trials(deepcopy=False):
-            h = t.user_attrs.get(_optuna.HASH_ATTR)
-            if h is not None and _optuna.DUPLICATE_ATTR not in t.user_attrs:
-                known.setdefault(h, t)
+            if _optuna.counts(t):
+                known.setdefault(t.user_attrs[_optuna.HASH_ATTR], t)
         return known
 
     def state_dict(self) -> dict[str, Any]:

@@ -179,6 +179,9 @@ class SearchRunner:
                     self.echo(f"search space exhausted: {e}")
                     exhausted = True
                     break
+                if not self._within_shared_budget(arch):
+                    exhausted = True  # another process took the last trial at the same moment
+                    break
                 pending[runner.submit(arch, self.train_cfg, self._weights_path(arch_hash(arch)))] = arch
             if not pending:
                 return
@@ -188,6 +191,12 @@ class SearchRunner:
                 out = trial_output(future)
                 self.strategy.tell(arch, out.result)
                 self._record("candidate", arch_hash(arch), arch, out)
+
+    def _within_shared_budget(self, arch: Architecture) -> bool:
+        from rankitect.search._optuna import claim_budget
+
+        search = self.cfg.search
+        return search.storage is None or claim_budget(search.storage, search.study_name, arch_hash(arch), search.trials)
 
     def _remaining(self, in_flight: int) -> int:
         """Trials still to start: the budget less finished and running ones (of every process)."""
@@ -387,12 +396,11 @@ def _load_study(cfg: Config) -> Any:
 
 def shared_trial_count(storage: str, study_name: str | None) -> int:
     """Proposals recorded in a shared study by every process (duplicates of earlier ones excluded)."""
-    from rankitect.search._optuna import DUPLICATE_ATTR, HASH_ATTR, import_optuna
+    from rankitect.search._optuna import counts, import_optuna
 
     optuna = import_optuna()
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         return 0
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if HASH_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs)
+    return sum(1 for t in study.get_trials(deepcopy=False) if counts(t))

@@ -18,6 +18,8 @@ from rankitect.config import load_config
 from rankitect.search.checkpoint import load_state
 from rankitect.search.runner import SearchRunner
 
+from .pg_server import postgres_server
+
 TINY = [
     "data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
     "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
@@ -155,7 +157,17 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_p
 
 
 def test_two_processes_share_one_sqlite_study(env: dict[str, str], tmp_path: Path) -> None:
-    storage = f"sqlite:///{tmp_path}/study.db"
+    _two_processes_share_one_search(f"sqlite:///{tmp_path}/study.db", env, tmp_path)
+
+
+def test_two_processes_share_one_postgresql_study(env: dict[str, str], tmp_path: Path) -> None:
+    """The same over PostgreSQL (the storage of processes on several machines), on a server this
+    test starts on 127.0.0.1 and stops by its pid."""
+    with postgres_server() as storage:
+        _two_processes_share_one_search(storage, env, tmp_path)
+
+
+def _two_processes_share_one_search(storage: str, env: dict[str, str], tmp_path: Path) -> None:
     cmd = _search_cmd("--strategy", "random", "--trials", "4", "--storage", storage, "--study-name", "shared")
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # let the first create the study; the second must join it, not race it
@@ -166,7 +178,10 @@ def test_two_processes_share_one_sqlite_study(env: dict[str, str], tmp_path: Pat
     import optuna
 
     study = optuna.load_study(study_name="shared", storage=storage)
-    done = [t for t in study.get_trials() if "genotype_hash" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+    # Proposals that ran: neither a duplicate nor past the budget (two processes proposing the
+    # last trial at once: the later proposal is marked over_budget and never trained).
+    done = [t for t in study.get_trials() if "genotype_hash" in t.user_attrs
+            and "duplicate_of" not in t.user_attrs and "over_budget" not in t.user_attrs]
     hashes = [t.user_attrs["genotype_hash"] for t in done]
     assert len(hashes) == 4 and len(set(hashes)) == 4
     parents = {o.split("search run ")[1].split(":")[0] for o, _ in outs}

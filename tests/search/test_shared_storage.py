@@ -87,3 +87,24 @@ def test_two_processes_proposing_one_genotype_at_once_keep_one(storage, name, mo
     dupes = [t for t in trials if "duplicate_of" in t.user_attrs]
     assert len(dupes) == 1 and dupes[0].user_attrs["genotype_hash"] == a.hash
     assert dupes[0].state == optuna.trial.TrialState.FAIL
+
+
+@pytest.mark.parametrize("name", ["random", "evolution", "tpe"])
+def test_a_proposal_past_the_shared_budget_is_failed_and_never_counted(storage, name: str) -> None:
+    """Two processes with the last trial of the budget in sight both propose: the earlier
+    proposal keeps the slot, the later one is marked over budget, failed, and counts nowhere."""
+    from rankitect.search._optuna import OVER_BUDGET_ATTR, claim_budget, import_optuna
+    from rankitect.search.runner import shared_trial_count
+
+    study_name = f"budget-{name}"
+    first = build_strategy(name, ToySpace(), seed=0, storage=storage, study_name=study_name)
+    second = build_strategy(name, ToySpace(), seed=1, storage=storage, study_name=study_name)
+    a = first.ask()
+    assert claim_budget(storage, study_name, a.hash, budget=2)
+    b, c = first.ask(), second.ask()  # both saw one trial taken, so both proposed the second
+    assert claim_budget(storage, study_name, b.hash, budget=2)
+    assert not claim_budget(storage, study_name, c.hash, budget=2)
+    assert shared_trial_count(storage, study_name) == 2
+    trials = import_optuna().load_study(study_name=study_name, storage=storage).get_trials()
+    over = [t for t in trials if OVER_BUDGET_ATTR in t.user_attrs]
+    assert [t.user_attrs["genotype_hash"] for t in over] == [c.hash] and over[0].state.name == "FAIL"
