@@ -2,10 +2,11 @@
 
 It holds the config, the strategy's ``state_dict``, every finished trial (candidates and
 baselines) with its genotype, result and MLflow child run id, and the *plan* of a weight-sharing
-search (oneshot, dnas): the architectures its supernet phase chose for retraining, written as soon as
-they are chosen, so a resumed search retrains the missing ones without training a supernet again. A trial is written to the checkpoint
-*before* its child run is logged; on resume, trials without a run id are logged then, so a kill at
-any moment neither loses a finished trial nor runs or logs one twice.
+search (oneshot, dnas): the architectures its supernet phase chose for retraining, written as soon
+as they are chosen, so a resumed search retrains the missing ones without training a supernet
+again. A trial is written to the checkpoint *before* its child run is logged; on resume, trials
+without a run id are logged then, so a kill at any moment neither loses a finished trial nor runs
+or logs one twice.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any, Union
 
 import rankitect.blocks  # noqa: F401  (importing the package registers every block)
 from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
+from rankitect.blocks.common import check_share
 
 RAW_INPUTS = ("dense", "sparse")
 InputRef = Union[int, str]
@@ -287,8 +288,7 @@ class Architecture:
         share = self.rocs_share
         if share is None:
             return
-        if isinstance(share, bool) or not isinstance(share, float) or not 0.0 < share < 1.0:
-            raise ValueError(f"rocs_share: must be None or a float in (0, 1), got {share!r}")
+        check_share(share, "rocs_share:")
         if not self.rocs:
             raise ValueError(f"rocs_share: {share!r} given but rocs is False (a share needs ROCS masking)")
         object.__setattr__(self, "rocs_share", float(share))  # a plain float (not a numpy scalar) in JSON

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
-from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space, rocs_share_choices
+from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space
 
 LAYER_OPS = ("attention", "wukong", "dhen")
 READOUTS = ("flatten", "dot", "fm")
@@ -74,9 +74,7 @@ class EngineerSpace(SearchSpace):
         self.menus = {**menus, "heads": heads, "ffn": (False, True), "combine": ("concat", "sum")}
         options = {"max_depth": max_depth, "embedding_dim": embedding_dim, "use_dense": self.use_dense, **menus,
                    "rocs": self.rocs}
-        if self.rocs:
-            options["rocs_shares"] = tuple(rocs_shares)
-        super().__init__("engineer", self._choices() + rocs_share_choices(self.rocs, rocs_shares), options)
+        super().__init__("engineer", self._choices(), options, rocs_shares=rocs_shares if self.rocs else None)
 
     def _choices(self) -> list[Choice]:
         m = self.menus
@@ -140,13 +138,12 @@ class EngineerSpace(SearchSpace):
             deep_in = ("sparse", x_dense) if x_dense is not None else ("sparse",)
             z.append(add(BlockGene("mlp", deep_in, {"width": s["deep.width"], "num_layers": s["deep.layers"]})))
         widths = tuple(s[f"top.w{i}"] for i in range(s["top.layers"]))
-        share = s["rocs_share"] if self.rocs else None
-        return Architecture(tuple(genes), HeadGene(tuple(z), widths), self.embedding_dim, rocs=self.rocs, rocs_share=share)
+        return Architecture(tuple(genes), HeadGene(tuple(z), widths), self.embedding_dim, rocs=self.rocs)
 
     def _encode(self, arch: Architecture) -> dict[str, Any] | None:
         if arch.embedding_dim != self.embedding_dim or arch.rocs != self.rocs:
             return None
-        out: dict[str, Any] = {"rocs_share": arch.rocs_share} if self.rocs else {}
+        out: dict[str, Any] = {}
         genes, p = arch.blocks, 0
         x_dense: InputRef | None = None
         if self.use_dense:

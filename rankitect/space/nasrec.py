@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
-from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space, rocs_share_choices
+from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space
 
 NASREC_WIDTHS = (16, 32, 64, 128, 256, 512, 768, 1024)
 NASREC_TOKENS = (16, 32, 48, 64)
@@ -78,10 +78,8 @@ class NasrecSpace(SearchSpace):
             "merge_tokens": merge_tokens, "num_heads": num_heads, "embedding_dim": embedding_dim,
             "use_dense": self.use_dense, "head_widths": self.head_widths, "rocs": self.rocs,
         }
-        if self.rocs:
-            options["rocs_shares"] = tuple(rocs_shares)
-        choices = self._choices(widths, tokens) + rocs_share_choices(self.rocs, rocs_shares)
-        super().__init__("nasrec", choices, options)
+        super().__init__("nasrec", self._choices(widths, tokens), options,
+                         rocs_shares=rocs_shares if self.rocs else None)
 
     def _choices(self, widths: tuple[int, ...], tokens: tuple[int, ...]) -> list[Choice]:
         out = []
@@ -120,10 +118,7 @@ class NasrecSpace(SearchSpace):
                 flat_out[str(k)].append(len(genes) - 1)
         consumed = {r for g in genes for r in g.inputs}
         head = tuple(i for i in range(len(genes)) if i not in consumed)
-        share = s["rocs_share"] if self.rocs else None
-        return Architecture(
-            tuple(genes), HeadGene(head, self.head_widths), self.embedding_dim, rocs=self.rocs, rocs_share=share
-        )
+        return Architecture(tuple(genes), HeadGene(head, self.head_widths), self.embedding_dim, rocs=self.rocs)
 
     def _field_op(
         self, s: Mapping[str, Any], k: int, genes: list[BlockGene], fields: list[InputRef], merged: list[InputRef]
@@ -148,7 +143,7 @@ class NasrecSpace(SearchSpace):
     def _encode(self, arch: Architecture) -> dict[str, Any] | None:
         if arch.embedding_dim != self.embedding_dim or arch.head.widths != self.head_widths or arch.rocs != self.rocs:
             return None
-        out: dict[str, Any] = {"rocs_share": arch.rocs_share} if self.rocs else {}
+        out: dict[str, Any] = {}
         slot_of: dict[int, str] = {}
         p = 0
         for k in range(self.num_blocks):

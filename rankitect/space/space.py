@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from rankitect.blocks.common import check_share
 from rankitect.space.architecture import Architecture
 
 _OPTION_TYPES = (bool, int, float, str, type(None))
+SHARE_LABEL = "rocs_share"  # the choice of Architecture.rocs_share in a ROCS space
 MAX_MUTATION_TRIES = 200
 
 
@@ -87,11 +89,20 @@ class SearchSpace:
         name: the preset's name in :data:`SPACES`.
         choices: the labelled choices, in a fixed order (sampling draws them in this order).
         options: the preset options it was built with (logged by :meth:`to_dict`).
+        rocs_shares: for a ROCS space, the menu of ``Architecture.rocs_share``: one more choice,
+            ``rocs_share``, that this class decodes and encodes for every preset.
     """
 
-    def __init__(self, name: str, choices: Sequence[Choice], options: Mapping[str, Any]) -> None:
+    def __init__(
+        self, name: str, choices: Sequence[Choice], options: Mapping[str, Any],
+        *, rocs_shares: Sequence[float | None] | None = None,
+    ) -> None:
         self.name = name
         self.choices: dict[str, Choice] = {}
+        options = dict(options)
+        if rocs_shares is not None:
+            options["rocs_shares"] = share_menu(rocs_shares)
+            choices = [*choices, Choice(SHARE_LABEL, options["rocs_shares"])]
         for c in choices:
             if c.label in self.choices:
                 raise ValueError(f"space {name!r}: duplicate choice label {c.label!r}")
@@ -110,13 +121,18 @@ class SearchSpace:
 
     def decode(self, sample: Mapping[str, Any]) -> Architecture:
         """The architecture of ``sample`` (pure; inactive labels are ignored)."""
-        return self._decode(SampleReader(self.choices, sample))
+        return self._read(SampleReader(self.choices, sample))
 
     def active(self, sample: Mapping[str, Any]) -> list[str]:
         """The labels that decoding ``sample`` reads, in reading order."""
         reader = SampleReader(self.choices, sample)
-        self._decode(reader)
+        self._read(reader)
         return list(reader.read)
+
+    def _read(self, reader: SampleReader) -> Architecture:
+        """The preset's decode, plus the request share of a ROCS space."""
+        arch = self._decode(reader)
+        return replace(arch, rocs_share=reader[SHARE_LABEL]) if SHARE_LABEL in self.choices else arch
 
     def encode(self, arch: Architecture) -> dict[str, Any] | None:
         """A full sample (every label) that decodes to ``arch``, or ``None`` if ``arch`` is not in the space."""
@@ -126,6 +142,8 @@ class SearchSpace:
             return None
         if partial is None:
             return None
+        if SHARE_LABEL in self.choices:
+            partial[SHARE_LABEL] = arch.rocs_share
         sample = {label: partial.get(label, c.options[0]) for label, c in self.choices.items()}
         try:
             return sample if self.decode(sample) == arch else None
@@ -220,16 +238,13 @@ the request side (cheaper per candidate, fewer candidate-side units). With searc
 objective counts FLOPs per example of request-shared scoring, so the search weighs the two."""
 
 
-def rocs_share_choices(rocs: bool, shares: Sequence[float | None]) -> list[Choice]:
-    """The ``rocs_share`` choice of a ROCS space (none without ROCS); ``shares`` are checked.
+def share_menu(shares: Sequence[float | None]) -> tuple[float | None, ...]:
+    """A checked ``rocs_share`` menu: each entry ``None`` or a float in (0, 1).
 
-    >>> rocs_share_choices(True, (None, 0.5))[0].options, rocs_share_choices(False, (0.5,))
-    ((None, 0.5), [])
+    >>> share_menu([None, 0.5])
+    (None, 0.5)
     """
-    for v in as_tuple("rocs_shares", shares):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1):
-            raise ValueError(f"option 'rocs_shares': {v!r} is neither None nor a number in (0, 1)")
-    return [Choice("rocs_share", tuple(None if v is None else float(v) for v in shares))] if rocs else []
+    return tuple(check_share(v, f"option 'rocs_shares': {v!r}") for v in as_tuple("rocs_shares", shares))
 
 
 def as_tuple(name: str, value: Sequence[Any]) -> tuple[Any, ...]:
