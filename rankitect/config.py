@@ -98,13 +98,14 @@ class SearchConfig:
     """What to search, how, and how candidates are ranked."""
 
     strategy: str = "evolution"
-    space: str = "nasrec"
+    space: str = "engineer"  # holds the six baselines; nasrec | engineer | nasrec_full (NASRec-Full's menus)
+    flops_range: Literal["auto"] | list[float] | None = "auto"  # menus sized to [low, high] MFLOPs; null: preset's
     rocs: bool = False  # only architectures whose field mixing is ROCS-masked (request side once per request)
     trials: int = 16
     seed: int = 0
-    target_mflops: float | None = None
+    target_mflops: float | Literal["auto"] | None = "auto"  # auto: the best baseline's FLOPs; null: NE alone
     penalty: Literal["absolute", "relaxed"] = "relaxed"
-    penalty_weight: float = 0.1
+    penalty_weight: float = 0.01  # relative NE cost per doubling of FLOPs beyond the target
     workers: int = 1
     storage: str | None = None
     study_name: str | None = None
@@ -132,6 +133,7 @@ class RuntimeConfig:
     fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"
     sharding: Literal["none", "torchrec"] = "none"
     threads: int = 0  # torch intra-op threads; 0 = torch's default
+    memory_budget: float | None = None  # GB a supernet (weights, optimizer state) may take; null: half the RAM
 
 
 @dataclass

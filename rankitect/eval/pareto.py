@@ -91,7 +91,8 @@ def pareto_table(
     Results are :class:`~rankitect.search.TrialResult` or anything with its attributes. Columns:
     ``name`` (the hash for candidates), ``hash``, ``kind`` (``candidate`` | ``baseline``), ``status``,
     the metrics, ``objective``, ``on_front`` (over candidates and baselines together) and
-    ``winner`` (the ok candidate with the lowest objective, first on ties).
+    ``winner`` (the ok candidate or baseline with the lowest objective, first on ties: a search whose
+    candidates all lose to a hand-built model returns that model).
     """
     items = baselines.items() if isinstance(baselines, Mapping) else baselines
     rows = [_row(_hash_of(a), _hash_of(a), "candidate", r, objective) for a, r in results]
@@ -102,7 +103,7 @@ def pareto_table(
     df["params"] = pd.to_numeric(df["params"], errors="coerce").astype("Int64")
     df["on_front"] = pareto_front(df, x, y)
     df["winner"] = False
-    scores = df["objective"].where((df["kind"] == "candidate") & (df["status"] == "ok"))
+    scores = df["objective"].where(df["status"] == "ok")  # baselines compete like any candidate
     if scores.notna().any():
         df.loc[scores.idxmin(), "winner"] = True
     return df.sort_values(y, kind="stable", na_position="last").reset_index(drop=True)

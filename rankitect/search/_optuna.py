@@ -19,12 +19,18 @@ HASH_ATTR = "genotype_hash"
 GENOTYPE_ATTR = "genotype"
 DUPLICATE_ATTR = "duplicate_of"
 OVER_BUDGET_ATTR = "over_budget"  # proposed after a shared search's trials were all taken: never run
+BASELINE_ATTR = "baseline"  # a hand-built model trained before the search: known, but no trial of the budget
 
 
 def counts(trial: Any) -> bool:
     """Whether ``trial`` is a proposal of its own: a genotype, neither a duplicate nor over budget."""
     attrs = trial.user_attrs
     return HASH_ATTR in attrs and DUPLICATE_ATTR not in attrs and OVER_BUDGET_ATTR not in attrs
+
+
+def budgeted(trial: Any) -> bool:
+    """Whether ``trial`` takes one of the search's trials: a proposal of its own, not a baseline."""
+    return counts(trial) and BASELINE_ATTR not in trial.user_attrs
 
 
 def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budget: int) -> bool:
@@ -42,7 +48,7 @@ def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budge
     if not mine:
         return True
     number = mine[-1].number
-    if sum(1 for t in trials if counts(t) and t.number < number) < budget:
+    if sum(1 for t in trials if budgeted(t) and t.number < number) < budget:
         return True
     optuna.trial.Trial(study, mine[-1]._trial_id).set_user_attr(OVER_BUDGET_ATTR, True)
     study.tell(number, state=optuna.trial.TrialState.FAIL)

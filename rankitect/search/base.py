@@ -163,6 +163,12 @@ class Strategy(ABC):
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         """Report the result of an architecture this strategy proposed (ok or failed)."""
 
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        """Learn from an architecture trained outside the strategy (a baseline) as if it had been
+        proposed and told: the search then starts from it. Returns whether it was taken (it lies in
+        the space and is new to the strategy); the default strategy takes nothing."""
+        return False
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue, as JSON-serializable data."""
         return {"strategy": self.name, "seed": self.seed, "rng": self.rng.bit_generator.state}

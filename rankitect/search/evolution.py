@@ -8,6 +8,10 @@ wins (failed trials score ``inf``, so they never win against a finished one), an
 tournament repeated (NASRec); after ``max_retries`` rejections the ask falls back to a new uniform
 sample. Ageing needs no bookkeeping: a trial leaves the population when ``population`` newer
 ones have finished, whatever its score.
+
+Baselines the runner trained first are *observed* (:meth:`RegularizedEvolution.observe`): they enter
+the history as finished members, so the random initial population is that much smaller and the
+first tournaments already mutate the best hand-built model.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
-from rankitect.search.history import Record, make_history
+from rankitect.search.history import Record, make_history, observe
 from rankitect.search.objective import Objective
 from rankitect.search.random_search import sample_new
 
@@ -92,6 +96,9 @@ class RegularizedEvolution(Strategy):
         if sample is None or arch_hash(self.space.decode(sample)) != h:
             raise ValueError(f"space.mutate gave architecture {h}, which space.encode cannot represent")
         return sample
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        return observe(self.space, self.history, arch, self.objective(result))
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "history": self.history.state_dict()}

@@ -50,6 +50,10 @@ class LocalHistory:
         sample = self._pending.pop(h)
         self._finished.append(Record(h, sample, value))
 
+    def record(self, h: str, sample: dict[str, Any], value: float) -> None:
+        """Add a finished trial that was never proposed (a baseline)."""
+        self._finished.append(Record(h, sample, value))
+
     def is_pending(self, h: str) -> bool:
         return h in self._pending
 
@@ -91,6 +95,13 @@ class StudyHistory:
         self._pending[h] = trial.number
         return True
 
+    def record(self, h: str, sample: dict[str, Any], value: float) -> None:
+        """Add a finished trial that was never proposed (a baseline; outside the trial budget)."""
+        trial = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h, _optuna.BASELINE_ATTR: True})
+        optuna = _optuna.import_optuna()
+        state = "FAIL" if math.isinf(value) else "COMPLETE"
+        self.study.tell(trial.number, None if state == "FAIL" else value, state=optuna.trial.TrialState[state])
+
     def finish(self, h: str, value: float) -> None:
         number = self._pending.pop(h)
         state = "FAIL" if math.isinf(value) else "COMPLETE"
@@ -118,6 +129,19 @@ class StudyHistory:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._pending = {h: int(n) for h, n in state["pending"].items()}
+
+
+def observe(space: Space, history: LocalHistory | StudyHistory, arch: Any, value: float) -> bool:
+    """Record ``arch`` (trained outside the strategy) as a finished trial of objective ``value``
+    when it lies in ``space`` and is new to ``history``; returns whether it was recorded."""
+    sample = space.encode(arch)
+    if sample is None:
+        return False
+    h = str(arch.hash)
+    if h in history.seen():
+        return False
+    history.record(h, sample, value)
+    return True
 
 
 def make_history(space: Space, storage: str | None, study_name: str | None) -> LocalHistory | StudyHistory:

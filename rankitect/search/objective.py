@@ -1,19 +1,23 @@
-"""The search objective: NE plus a FLOPs penalty (TuNAS, Bender et al. 2020, arXiv 2008.06120).
+"""The search objective: NE with a FLOPs penalty in NE's own units (after TuNAS, arXiv 2008.06120).
 
 With a FLOPs target ``F0`` the value of a candidate with NE ``q`` and ``F`` MFLOPs is
 
-* ``absolute``: ``q + weight * |F / F0 - 1|`` (pulls every candidate towards the target);
-* ``relaxed``: ``q + weight * max(0, F / F0 - 1)`` (only candidates above the target pay);
+* ``relaxed``: ``q * (1 + weight * max(0, log2(F / F0)))`` (only candidates above the target pay);
+* ``absolute``: ``q * (1 + weight * |log2(F / F0)|)`` (pulls every candidate towards the target);
 
-and without a target it is ``q``. Lower is better. ``weight`` is in NE points per 100% FLOPs
-deviation: with ``weight=0.1`` a model 10% over its target pays 0.01 NE.
+and without a target it is ``q``. Lower is better. ``weight`` is a *relative NE cost per doubling
+of FLOPs*: with the default ``0.01`` a model twice as expensive as the target must have an NE 1%
+lower to tie with it, and a model ten times as expensive 3.3% lower. NE gains that matter in
+ranking are tenths of a percent, so at the default a doubling must buy a clearly better model, and
+a model at the target that is better by any margin wins. The penalty scales with NE itself, so the
+same weight means the same trade on data whose NE sits near 0.5 or near 0.95.
 
->>> Objective(target_mflops=2.0, penalty="absolute", weight=0.5).value(0.5, 1.0)  # 0.5 + 0.5 * 0.5
-0.75
->>> Objective(target_mflops=2.0, penalty="relaxed", weight=0.5).value(0.5, 1.0)  # under the target
-0.5
->>> Objective(target_mflops=2.0, penalty="relaxed", weight=0.5).value(0.5, 3.0)  # 0.5 + 0.5 * 0.5
-0.75
+>>> round(Objective(target_mflops=2.0, penalty="relaxed", weight=0.01).value(0.8, 8.0), 6)  # two doublings: +2%
+0.816
+>>> Objective(target_mflops=2.0, penalty="relaxed", weight=0.01).value(0.8, 1.0)  # under the target
+0.8
+>>> round(Objective(target_mflops=2.0, penalty="absolute", weight=0.01).value(0.8, 1.0), 6)  # one halving: +1%
+0.808
 >>> Objective().value(0.5, 123.0)
 0.5
 """
@@ -30,21 +34,22 @@ if TYPE_CHECKING:
     from rankitect.search.base import TrialResult
 
 PENALTIES = ("absolute", "relaxed")
+DEFAULT_WEIGHT = 0.01  # relative NE per doubling of FLOPs; see the module docstring
 
 
 @dataclass(frozen=True)
 class Objective:
-    """NE plus a FLOPs penalty; see the module docstring.
+    """NE times a FLOPs penalty; see the module docstring.
 
     Args:
         target_mflops: the FLOPs target ``F0`` in MFLOPs per example; ``None`` ranks by NE alone.
-        penalty: ``"absolute"`` (TuNAS) or ``"relaxed"``.
-        weight: the penalty weight, at least 0.
+        penalty: ``"relaxed"`` or ``"absolute"`` (TuNAS).
+        weight: relative NE cost per doubling of FLOPs, at least 0.
     """
 
     target_mflops: float | None = None
     penalty: str = "relaxed"
-    weight: float = 0.1
+    weight: float = DEFAULT_WEIGHT
 
     def __post_init__(self) -> None:
         if self.penalty not in PENALTIES:
@@ -54,13 +59,20 @@ class Objective:
         if not (self.weight >= 0 and math.isfinite(self.weight)):
             raise ValueError(f"weight must be a finite number >= 0, got {self.weight!r}")
 
+    def doublings(self, mflops: float) -> float:
+        """The doublings of FLOPs the penalty charges: ``max(0, log2(F/F0))`` or ``|log2(F/F0)|``."""
+        if self.target_mflops is None:
+            return 0.0
+        if mflops <= 0:
+            return 0.0 if self.penalty == "relaxed" else math.inf
+        ratio = math.log2(mflops / self.target_mflops)
+        return abs(ratio) if self.penalty == "absolute" else max(0.0, ratio)
+
     def value(self, ne: float, mflops: float) -> float:
         """The objective of a candidate with NE ``ne`` and ``mflops`` MFLOPs per example."""
         if self.target_mflops is None:
             return float(ne)
-        excess = mflops / self.target_mflops - 1.0
-        cost = abs(excess) if self.penalty == "absolute" else max(0.0, excess)
-        return float(ne + self.weight * cost)
+        return float(ne * (1.0 + self.weight * self.doublings(mflops)))
 
     def torch_value(self, ne: torch.Tensor, mflops: torch.Tensor) -> torch.Tensor:
         """:meth:`value` on tensors, differentiable in ``ne`` and ``mflops`` (DNAS expected FLOPs).
@@ -69,15 +81,19 @@ class Objective:
         """
         if self.target_mflops is None:
             return ne + 0.0 * mflops  # keeps the broadcast shape and a (zero) gradient path
-        excess = mflops / self.target_mflops - 1.0
-        cost = excess.abs() if self.penalty == "absolute" else excess.clamp(min=0.0)
-        return ne + self.weight * cost
+        ratio = (mflops / self.target_mflops).log2()
+        cost = ratio.abs() if self.penalty == "absolute" else ratio.clamp(min=0.0)
+        return ne * (1.0 + self.weight * cost)
 
     def __call__(self, result: TrialResult) -> float:
         """The objective of a trial: from its validation NE; ``inf`` for a failed trial."""
         if not result.ok:
             return math.inf
         return self.value(result.val_ne, result.mflops)
+
+    def with_target(self, target_mflops: float | None) -> Objective:
+        """The same penalty around another target (``auto`` targets are resolved after the baselines)."""
+        return Objective(target_mflops=target_mflops, penalty=self.penalty, weight=self.weight)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,6 +10,8 @@ FAIL with a ``duplicate_of`` attribute (FAIL, not a copy of the earlier values, 
 model does not count one point twice) and the ask tries again with a fresh seed. A converged
 model keeps suggesting what it already has, so after ``model_tries`` duplicates in one ask the
 remaining tries are uniform samples (random search's exploration, Optuna's ``RandomSampler``).
+Baselines trained before the search are added to the study as its first finished trials
+(:meth:`OptunaStrategy.observe`); they take none of the trial budget.
 
 By default the study lives in memory and the ``state_dict`` holds its trials. With ``storage``
 (an Optuna RDB URL: ``sqlite:///search.db``, ``postgresql://...``) and ``study_name`` the study is
@@ -96,6 +98,23 @@ class OptunaStrategy(Strategy):
         else:
             optuna = _optuna.import_optuna()
             self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        """Add a trained baseline to the study as a finished trial (outside the trial budget), so the
+        sampler's first model already holds it."""
+        sample = self.space.encode(arch)
+        h = arch_hash(arch)
+        if sample is None or h in self._known():
+            return False
+        optuna = _optuna.import_optuna()
+        states = optuna.trial.TrialState
+        dists = _optuna.distributions(self.space)
+        self.study.add_trial(optuna.trial.create_trial(
+            state=states.COMPLETE if result.ok else states.FAIL, params=sample, distributions=dists,
+            values=self.values(result) if result.ok else None,
+            user_attrs={_optuna.HASH_ATTR: h, _optuna.BASELINE_ATTR: True},
+        ))
+        return True
 
     def _known(self) -> dict[str, Any]:
         """Genotype hash -> the first trial that proposed it (running, complete or failed)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
-from rankitect.search.history import make_history
+from rankitect.search.history import make_history, observe
 from rankitect.search.objective import Objective
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class RandomSearch(Strategy):
         if not self.history.is_pending(h):
             raise ValueError(f"told architecture {h} that was not asked (or was told already)")
         self.history.finish(h, self.objective(result))
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        return observe(self.space, self.history, arch, self.objective(result))
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "history": self.history.state_dict()}

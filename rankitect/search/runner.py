@@ -70,14 +70,14 @@ class SearchRunner:
 
     def __init__(self, cfg: Config, *, state: SearchState | None = None, echo: Callable[[str], None] = print) -> None:
         from rankitect.data import open_data
-        from rankitect.space import get_space
+        from rankitect.space.sizing import space_for
         from rankitect.track import Tracker
 
         self.cfg, self.echo = cfg, echo
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
-        self.space = get_space(cfg.search.space, use_dense=self.data.spec.n_dense > 0, rocs=cfg.search.rocs)
+        self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy = self._make_strategy()
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
@@ -125,6 +125,7 @@ class SearchRunner:
         try:
             self._reconcile()
             self._run_baselines(runner)
+            self._start_from_baselines()
             self._run_candidates(runner)
         finally:
             runner.close()
@@ -167,6 +168,25 @@ class SearchRunner:
         for future in _as_completed(pending):
             name, arch = pending[future]
             self._record("baseline", name, arch, trial_output(future))
+
+    def _start_from_baselines(self) -> None:
+        """Resolve ``target_mflops: auto`` to the best baseline's FLOPs, then tell the strategy every
+        trained baseline its space holds, so the search starts from them (both idempotent on resume)."""
+        from rankitect.search.factory import auto_target
+
+        bases = [(t.name, Architecture.from_dict(t.arch), TrialResult.from_dict(t.result))
+                 for t in self._all_trials() if t.kind == "baseline"]
+        if self.cfg.search.target_mflops == "auto":
+            found = auto_target([(name, r) for name, _, r in bases])
+            self.objective = self.objective.with_target(found[1] if found else None)
+            self.echo(f"target_mflops auto: {found[1]:.4f} MFLOPs ({found[0]}, the best baseline by val/ne)" if found
+                      else "target_mflops auto: no baseline finished; ranking by NE alone")
+            if self.strategy is not None:
+                self.strategy.objective = self.objective
+        if self.strategy is not None:
+            taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
+            if taken:
+                self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
         pending: dict[Future, Architecture] = {}
@@ -358,15 +378,21 @@ class SearchRunner:
                  if t.kind == "candidate"]
         bases = [(t.name, TrialResult.from_dict(t.result)) for t in trials if t.kind == "baseline"]
         table = pareto_table(cands, bases, objective=self.objective)
-        return table, _winner(table, cands)
+        base_archs = {t.name: Architecture.from_dict(t.arch) for t in trials if t.kind == "baseline"}
+        return table, _winner(table, cands, base_archs)
 
 
-def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]]) -> Architecture | None:
+def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]],
+            bases: dict[str, Architecture]) -> Architecture | None:
+    """The winning row's architecture: a candidate's by hash, a baseline's by name."""
     rows = table[table["winner"]]
     if not len(rows):
         return None
+    row = rows.iloc[0]
+    if row["kind"] == "baseline":
+        return bases.get(row["name"])
     by_hash = {arch_hash(a): a for a, _ in cands}
-    return by_hash.get(rows.iloc[0]["hash"])
+    return by_hash.get(row["hash"])
 
 
 def _as_completed(pending: dict[Future, Any]):
@@ -395,12 +421,13 @@ def _load_study(cfg: Config) -> Any:
 
 
 def shared_trial_count(storage: str, study_name: str | None) -> int:
-    """Proposals recorded in a shared study by every process (duplicates of earlier ones excluded)."""
-    from rankitect.search._optuna import counts, import_optuna
+    """Proposals recorded in a shared study by every process (duplicates of earlier ones and
+    baselines excluded)."""
+    from rankitect.search._optuna import budgeted, import_optuna
 
     optuna = import_optuna()
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         return 0
-    return sum(1 for t in study.get_trials(deepcopy=False) if counts(t))
+    return sum(1 for t in study.get_trials(deepcopy=False) if budgeted(t))

@@ -206,3 +206,13 @@ def nasrec_space(
         num_heads=num_heads, embedding_dim=embedding_dim, use_dense=use_dense, head_widths=head_widths,
         rocs=rocs, rocs_shares=rocs_shares,
     )
+
+
+@register_space("nasrec_full")
+def nasrec_full_space(
+    *, embedding_dim: int = 16, use_dense: bool = True, rocs: bool = False,
+    rocs_shares: Sequence[float | None] = ROCS_SHARES,
+) -> NasrecSpace:
+    """NASRec-Full's menus by name, whatever the data (``search.space=nasrec_full``); the space is
+    ``nasrec`` with its default menus, never sized (:mod:`rankitect.space.sizing`)."""
+    return nasrec_space(embedding_dim=embedding_dim, use_dense=use_dense, rocs=rocs, rocs_shares=rocs_shares)

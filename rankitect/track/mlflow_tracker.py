@@ -198,7 +198,7 @@ class Tracker:
 
         h = search_run.data.tags.get("best_genotype_hash")
         query = f"tags.`{PARENT}` = '{search_run.info.run_id}' and tags.genotype_hash = '{h}'"
-        found = [r for r in self._search(query) if r.data.tags.get(KIND) == "candidate"] if h else []
+        found = [r for r in self._search(query) if r.data.tags.get(KIND) in ("candidate", "baseline")] if h else []
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
         return found[0]

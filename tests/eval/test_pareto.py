@@ -64,16 +64,18 @@ def test_table_rows_order_front_and_winner(table):
     assert dict(zip(table["name"], table["kind"]))["dlrm"] == "baseline"
     assert table["on_front"].tolist() == pareto_front(table).tolist()
     assert set(table.loc[table["on_front"], "name"]) == {"aaaa", "bbbb", "cccc", "dlrm"}
-    # objective: bbbb pays 0.1 * (10/2 - 1) = 0.4; cccc (0.75, at the target) wins on it
+    # objective: bbbb pays 0.1 per doubling, log2(10/2) doublings; cccc (0.75, at the target) wins on it
     assert table.loc[table["winner"], "name"].tolist() == ["cccc"]
-    assert table.set_index("name").loc["bbbb", "objective"] == pytest.approx(0.70 + 0.4)
+    assert table.set_index("name").loc["bbbb", "objective"] == pytest.approx(0.70 * (1 + 0.1 * math.log2(5)))
     assert math.isnan(table.set_index("name").loc["dddd", "objective"])
 
 
-def test_baseline_never_wins_and_objective_defaults_to_validation_ne():
+def test_baselines_compete_for_the_winner_and_objective_defaults_to_validation_ne():
     df = pareto_table([("aaaa", ok(0.80, 0.81, 1.0))], [("dlrm", ok(0.5, 0.5, 1.0))])
-    assert df.loc[df["winner"], "name"].tolist() == ["aaaa"]
+    assert df.loc[df["winner"], "name"].tolist() == ["dlrm"]
     assert df.set_index("name")["objective"].to_dict() == {"dlrm": 0.5, "aaaa": 0.8}
+    failed = pareto_table([("aaaa", ok(0.80, 0.81, 1.0))], [("dlrm", TrialResult.failure("diverged"))])
+    assert failed.loc[failed["winner"], "name"].tolist() == ["aaaa"]
 
 
 def test_plot_writes_a_png(table, tmp_path):

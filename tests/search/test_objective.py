@@ -1,4 +1,4 @@
-"""The objective against the TuNAS formulas, on floats and on tensors (value and gradient)."""
+"""The objective against its formula (NE times a penalty per doubling of FLOPs), on floats and tensors."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from rankitect.search import Objective, TrialResult
 def test_value_matches_the_formula(penalty):
     rng = np.random.default_rng(0)
     for ne, f, f0, w in rng.uniform([0.3, 0.1, 0.1, 0.0], [1.0, 50.0, 50.0, 1.0], size=(50, 4)):
-        ratio = f / f0 - 1
-        expected = ne + w * (abs(ratio) if penalty == "absolute" else max(0.0, ratio))
+        doublings = math.log(f / f0) / math.log(2)
+        expected = ne * (1 + w * (abs(doublings) if penalty == "absolute" else max(0.0, doublings)))
         assert Objective(target_mflops=f0, penalty=penalty, weight=w).value(ne, f) == pytest.approx(expected)
 
 
@@ -37,10 +37,14 @@ def test_torch_value_equals_value_and_has_the_analytic_gradient(penalty):
     assert out.tolist() == pytest.approx(expected)
     out.sum().backward()
     # d/dF of w |F/F0 - 1| is w sign(F/F0 - 1) / F0; the relaxed form is 0 below the target
-    sign = np.sign(flops.detach().numpy() / 4.0 - 1)
-    slope = 0.3 * (sign if penalty == "absolute" else (sign > 0)) / 4.0
+    # d/dF of q (1 + w |log2(F/F0)|) is q w sign(F - F0) / (F ln 2); the relaxed form is 0 below F0;
+    # d/dq is the penalty factor itself
+    f = flops.detach().numpy()
+    sign = np.sign(f - 4.0)
+    slope = 0.6 * 0.3 * (sign if penalty == "absolute" else (sign > 0)) / (f * math.log(2))
     assert flops.grad.tolist() == pytest.approx(slope.tolist())
-    assert ne.grad.tolist() == [1.0] * 4
+    factor = [objective.value(1.0, v) for v in f.tolist()]
+    assert ne.grad.tolist() == pytest.approx(factor)
 
 
 def test_torch_value_without_target_keeps_the_shape():
@@ -61,3 +65,12 @@ def test_bad_settings_are_refused(kwargs, match):
 def test_round_trip():
     o = Objective(target_mflops=3.0, penalty="absolute", weight=0.2)
     assert Objective.from_dict(o.to_dict()) == o
+
+
+def test_default_weight_asks_a_doubling_to_be_clearly_better():
+    """At the default weight a 2x model ties only with an NE 1% lower (3 tenths of a percent loses)."""
+    objective = Objective(target_mflops=1.0)
+    assert objective.value(0.80 / 1.01, 2.0) == pytest.approx(objective.value(0.80, 1.0))
+    assert objective.value(0.80 * 0.997, 2.0) > objective.value(0.80, 1.0)
+    assert objective.value(0.80 * 0.98, 2.0) < objective.value(0.80, 1.0)
+    assert objective.value(0.80, 0.25) == 0.80  # relaxed: cheaper models pay nothing
