@@ -87,6 +87,7 @@ class DnasConfig:
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
+    arch_split: Literal["train", "val"] = "train"  # train: one forward steps both; val: bi-level, two forwards
     tau_start: float = 5.0
     tau_end: float = 0.5
     top_k: int = 1  # most probable architectures retrained from scratch

@@ -1,14 +1,19 @@
 """The ``dnas`` strategy: differentiable search over every choice of a preset space.
 
 Architecture weights (:class:`~rankitect.search.dnas_weights.ArchitectureWeights`, one logit per
-option of every label: ops, widths, inputs ...) and the supernet's weights are trained in turn with
-two explicit optimizers: the weights on training batches through paths drawn from the current
-distribution, the architecture weights on validation batches through hard Gumbel-softmax samples
-(temperature annealed from ``tau_start`` to ``tau_end``) against
+option of every label: ops, widths, inputs ...) and the supernet's weights are trained with two
+explicit optimizers, each step on one path drawn from the current distribution (hard Gumbel-softmax
+samples, temperature annealed from ``tau_start`` to ``tau_end``; no dense work for unsampled
+options). With ``search.dnas.arch_split: train`` (the default, one-level DARTS) one forward and one
+backward on a training batch step both: the weights on the batch loss, the architecture weights on
+the objective. With ``arch_split: val`` (bi-level) the weights step on training batches and the
+architecture weights, in turn, on validation batches with the weights frozen. The architecture
+weights minimize
 
     objective.torch_value(NE of the batch, MFLOPs)
 
-with the TuNAS ``absolute`` or ``relaxed`` penalty around ``search.target_mflops``; the penalty's
+(NE times the ``relaxed`` or ``absolute`` cost per doubling of FLOPs beyond ``search.target_mflops``,
+:mod:`rankitect.search.objective`); the penalty's
 gradient comes from the expected FLOPs, differentiable in the choice probabilities
 (:meth:`ArchStep.objective_of`). The most probable architecture (and the next
 ``top_k - 1``) is then retrained from scratch and scored on the test split. The entropy of every
@@ -31,7 +36,8 @@ from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, ta
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.search.supernet_train import (
-    CurveLogger, SupernetTrainer, batches, build_supernet, frozen, save_supernet, start_child_run,
+    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
+    start_child_run,
 )
 from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
@@ -60,25 +66,61 @@ class ArchStep:
     expected: ExpectedFlops
     objective: Objective
 
-    def __call__(self, batch: Batch, generator: torch.Generator, tau: float) -> dict[str, float]:
+    def _gated(self, generator: torch.Generator, tau: float) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
+        """A hard Gumbel-softmax path, its gates (straight-through, forward value 1) and its MFLOPs."""
         path, relaxed = self.weights.gumbel(generator, tau)
         gates = {label: w[self.supernet.space.choices[label].index(path[label])] for label, w in relaxed.items()}
+        return path, gates, self.supernet.path_flops(path) / 1e6
+
+    def __call__(self, batch: Batch, generator: torch.Generator, tau: float) -> dict[str, float]:
+        """An architecture step on its own forward (``arch_split: val``): the weights stay frozen."""
+        path, gates, sampled = self._gated(generator, tau)
         ne = self.trainer.ne(self.supernet(batch, path, gates, take=frozen), batch.labels)
-        sampled = self.supernet.path_flops(path) / 1e6
         value = self.objective_of(ne, sampled)
         params = self.weights.arch_parameters()
         # Only the architecture weights learn here: the supernet's weights never see validation data.
         grads = torch.autograd.grad(value, params, allow_unused=True)
-        self.optimizer.zero_grad(set_to_none=True)
         for p, g in zip(params, grads):
-            p.grad = torch.zeros_like(p) if g is None else g
+            p.grad = g
+        self._update()
+        return {"arch/ne": float(ne.detach()), "arch/objective": float(value.detach()),
+                "arch/sample_mflops": sampled, "arch/expected_mflops": self._expected()}
+
+    def joint(self, batch: Batch, generator: torch.Generator, tau: float) -> dict[str, float]:
+        """Weights and architecture on one forward and one backward (``arch_split: train``, one-level
+        DARTS): the path is the architecture's Gumbel sample, the weights step on its loss and the
+        architecture weights on its objective; an exploding path steps neither."""
+        path, gates, sampled = self._gated(generator, tau)
+        seen: dict[str, float] = {}
+
+        def objective(loss: torch.Tensor) -> torch.Tensor:
+            ne = loss / self.trainer.base_entropy
+            value = self.objective_of(ne, sampled)
+            seen.update({"arch/ne": float(ne.detach()), "arch/objective": float(value.detach())})
+            return value
+
+        for p in self.weights.arch_parameters():
+            p.grad = None
+        skipped = self.trainer.skipped
+        loss = self.trainer.step(batch, path, gates=gates, objective=objective)
+        if self.trainer.skipped == skipped:
+            self._update()
+        return {"train/loss": loss, **seen, "arch/sample_mflops": sampled, "arch/expected_mflops": self._expected()}
+
+    def _update(self) -> None:
+        """Step the architecture weights on the gradients they hold (none: zero)."""
+        params = self.weights.arch_parameters()
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         # An exploding path's NE would otherwise flood Adam's second moments for every later step.
         torch.nn.utils.clip_grad_norm_(params, self.trainer.max_grad_norm)
         self.optimizer.step()
-        with torch.no_grad():
-            expected = float(self.expected(self.weights.probs())) / 1e6
-        return {"arch/ne": float(ne.detach()), "arch/objective": float(value.detach()),
-                "arch/sample_mflops": sampled, "arch/expected_mflops": expected}
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def _expected(self) -> float:
+        return float(self.expected(self.weights.probs())) / 1e6
 
     def objective_of(self, ne: torch.Tensor, sampled_mflops: float) -> torch.Tensor:
         """NE plus the FLOPs penalty of the sampled path, with the penalty's gradient in every probability.
@@ -120,11 +162,16 @@ def dnas_search(
     val_it: Iterator[Batch] = batches(data.split("val"), train_cfg.batch_size, train_cfg.seed + 1)
     bar = tqdm(range(cfg.supernet_steps), desc="dnas", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        row = {"train/loss": trainer.step(next(train_it), weights.sample(generator)),
-               "train/skipped": float(trainer.skipped)}
         tau = tau_at(step, cfg.supernet_steps, cfg.tau_start, cfg.tau_end)
-        if step >= cfg.warmup_steps and (step - cfg.warmup_steps) % cfg.arch_every == 0:
-            row.update(arch_step(next(val_it), generator, tau))
+        arch_now = step >= cfg.warmup_steps and (step - cfg.warmup_steps) % cfg.arch_every == 0
+        if arch_now and cfg.arch_split == "train":
+            row = arch_step.joint(next(train_it), generator, tau)
+        else:
+            row = {"train/loss": trainer.step(next(train_it), weights.sample(generator))}
+            if arch_now:
+                row.update(arch_step(next(val_it), generator, tau))
+        row["train/skipped"] = float(trainer.skipped)
+        if "arch/ne" in row:
             bar.set_postfix(ne=f"{row['arch/ne']:.4f}", mflops=f"{row['arch/expected_mflops']:.3f}")
         if curves is not None and (step % cfg.log_every == 0 or step == cfg.supernet_steps - 1):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
@@ -154,6 +201,9 @@ class DnasSearch(SearchRunner):
     def _search_supernet(self) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
         cfg = self.cfg.search.dnas
+        memory = check_supernet_memory(self.space, self.data.spec, self.cfg.runtime.memory_budget,
+                                       self.cfg.search.flops_range)
+        self.echo(f"dnas: supernet estimated at {memory.describe()}")
         supernet = build_supernet(self.space, self.data.spec, self.cfg.search.seed)
         run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(self.tracker.client, run_id)

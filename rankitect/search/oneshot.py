@@ -36,7 +36,7 @@ from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, build_s
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.search.supernet_train import (
-    CurveLogger, SupernetTrainer, batches, build_supernet, save_supernet, start_child_run,
+    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, start_child_run,
 )
 from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
@@ -203,6 +203,9 @@ class OneShotSearch(SearchRunner):
     def _search_supernet(self) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
         cfg, seed = self.cfg.search.oneshot, self.cfg.search.seed
+        memory = check_supernet_memory(self.space, self.data.spec, self.cfg.runtime.memory_budget,
+                                       self.cfg.search.flops_range)
+        self.echo(f"oneshot: supernet estimated at {memory.describe()}")
         supernet = build_supernet(self.space, self.data.spec, seed)
         self.echo(f"oneshot: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                   f"{cfg.supernet_steps} steps")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -19,8 +19,10 @@ from torch import nn
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
+from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator, entropy
 from rankitect.space.supernet import Supernet
+from rankitect.space.supernet_memory import SupernetMemory, estimate_supernet_memory, physical_memory
 from rankitect.space.supernet_slicing import Index, pick
 from rankitect.train.loop import BatchStream
 from rankitect.train.task import split_parameters
@@ -34,6 +36,32 @@ def build_supernet(space: Any, spec: Any, seed: int) -> Supernet:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return Supernet(space, spec)
+
+
+def memory_budget(gb: float | None) -> int | None:
+    """``runtime.memory_budget`` in bytes: ``gb`` GB, or half this machine's RAM when ``None``."""
+    if gb is None:
+        ram = physical_memory()
+        return ram // 2 if ram else None
+    if not (gb > 0 and math.isfinite(gb)):
+        raise ConfigError(f"config key 'runtime.memory_budget': expected a number of GB > 0 or null, got {gb!r}")
+    return int(gb * 1e9)
+
+
+def check_supernet_memory(space: Any, spec: Any, budget_gb: float | None, flops_range: Any) -> SupernetMemory:
+    """Estimate the supernet of ``space`` before it is built; refuse one above the budget, naming the
+    config keys that shrink it (the largest part first)."""
+    memory = estimate_supernet_memory(space, spec)
+    budget = memory_budget(budget_gb)
+    if budget is None or memory.total <= budget:
+        return memory
+    dense = ("search.flops_range (a lower upper end narrows the width menus; now "
+             f"{flops_range!r}) or search.space (e.g. nasrec instead of {space.name})")
+    tables = f"data.vocab_size (hashing buckets per column: {memory.embedding_rows:,} embedding rows now)"
+    keys = [tables, dense] if memory.embedding_params > memory.dense_params else [dense, tables]
+    raise ConfigError(f"the {space.name} supernet needs about {memory.describe()}, above runtime.memory_budget "
+                      f"({budget / 1e9:.2f} GB); shrink it with {keys[0]}, or {keys[1]}; "
+                      "or raise runtime.memory_budget")
 
 
 def batches(split: Any, batch_size: int, seed: int) -> Iterator[Batch]:
@@ -163,11 +191,18 @@ class SupernetTrainer:
         self.max_ne, self.max_grad_norm, self.patience = max_ne, max_grad_norm, patience
         self.steps, self.skipped, self._in_a_row = 0, 0, 0
 
-    def step(self, batch: Batch, path: Path) -> float:
-        """One optimizer step on ``batch`` through ``path`` (none if it explodes); returns the loss."""
+    def step(self, batch: Batch, path: Path, *, gates: Mapping[str, torch.Tensor] | None = None,
+             objective: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
+        """One optimizer step on ``batch`` through ``path`` (none if it explodes); returns the loss.
+
+        With ``gates`` and ``objective`` (DNAS on one forward) the backward pass is that of
+        ``objective(loss)``: it leaves the architecture gradient on whatever the gates depend on,
+        and the weights' gradients are scaled back to those of the loss (the objective is the loss
+        times a factor that does not depend on the weights), so the weights train as without it.
+        """
         self.sparse_opt.zero_grad(set_to_none=True)
         self.dense_opt.zero_grad()
-        loss = self.loss_fn(self.supernet(batch, path, take=self.dense_opt.take), batch.labels)
+        loss = self.loss_fn(self.supernet(batch, path, gates, take=self.dense_opt.take), batch.labels)
         value = float(loss.detach())
         self.steps += 1
         if not math.isfinite(value) or value > self.max_ne * self.base_entropy:
@@ -179,7 +214,10 @@ class SupernetTrainer:
             self.dense_opt.zero_grad()
             return value
         self._in_a_row = 0
-        loss.backward()
+        target = objective(loss) if objective is not None else loss
+        target.backward()
+        if target is not loss:
+            self._rescale(value / float(target.detach()))
         if self.steps == 1:
             dense = {id(p) for p in self.dense}
             stray = [n for n, p in self.supernet.named_parameters() if p.grad is not None and id(p) in dense]
@@ -189,6 +227,12 @@ class SupernetTrainer:
         self.sparse_opt.step()
         self.dense_opt.step()
         return value
+
+    @torch.no_grad()
+    def _rescale(self, factor: float) -> None:
+        for g in [leaf.grad for _, _, leaf in self.dense_opt.cuts] + [p.grad for p in self.sparse]:
+            if g is not None:
+                g.mul_(factor)
 
     @torch.no_grad()
     def _clip(self, grads: list[torch.Tensor | None]) -> None:
@@ -255,17 +299,20 @@ def start_child_run(tracker: Any, parent_id: str, name: str, kind: str) -> str:
 
 
 def save_supernet(tracker: Any, run_id: str, supernet: Any, space: Any, spec: Any) -> None:
-    """Keep a trained supernet on its run as ``supernet/``: weights (``state_dict.pt``, loadable
-    with ``weights_only=True``), the space that shaped it (``space.json``) and the feature spec, so
+    """Keep a trained supernet on its run as ``supernet/``: its widest weights once, in safetensors
+    (``weights.safetensors``), the space that shaped it (``space.json``) and the feature spec, so
     ``rankitect finetune --from-supernet`` can cut any candidate out of it later."""
     import json
     import tempfile
     from pathlib import Path
 
+    from safetensors.torch import save_file
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / SUPERNET_DIR
         folder.mkdir()
-        torch.save(supernet.state_dict(), folder / "state_dict.pt")
+        state = {k: v.detach().contiguous() for k, v in supernet.state_dict().items()}
+        save_file(state, str(folder / WEIGHTS_FILE))
         (folder / "space.json").write_text(json.dumps(space.to_dict()))
         spec.save(folder / "feature_spec.json")
         tracker.client.log_artifacts(run_id, str(folder), SUPERNET_DIR)
@@ -276,6 +323,8 @@ def load_supernet(folder: Any) -> Any:
     import json
     from pathlib import Path
 
+    from safetensors.torch import load_file
+
     from rankitect.data.spec import FeatureSpec
     from rankitect.space import get_space
     from rankitect.space.supernet import Supernet
@@ -284,11 +333,12 @@ def load_supernet(folder: Any) -> Any:
     space_d = json.loads((folder / "space.json").read_text())
     space = get_space(space_d["name"], **space_d["options"])
     supernet = Supernet(space, FeatureSpec.load(folder / "feature_spec.json"))
-    supernet.load_state_dict(torch.load(folder / "state_dict.pt", weights_only=True))
+    supernet.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
     return supernet
 
 
 SUPERNET_DIR = "supernet"
+WEIGHTS_FILE = "weights.safetensors"
 
-__all__ = ["CurveLogger", "SliceAdam", "SupernetTrainer", "batches", "build_supernet", "evaluate_path", "frozen",
-           "load_supernet", "save_supernet", "start_child_run"]
+__all__ = ["CurveLogger", "SliceAdam", "SupernetTrainer", "batches", "build_supernet", "check_supernet_memory",
+           "evaluate_path", "frozen", "load_supernet", "memory_budget", "save_supernet", "start_child_run"]

@@ -1,0 +1,84 @@
+"""Spaces sized to the data: the menus reach the FLOPs range on several specs, and the default space
+holds the six baselines."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from rankitect.config import load_config
+from rankitect.space import cost, get_space
+from rankitect.space.baselines import BASELINES, get_baseline
+from rankitect.space.nasrec import NASREC_TOKENS, NASREC_WIDTHS
+from rankitect.space.sizing import auto_flops_range, check_flops_range, space_for
+from rankitect.space.testing import tiny_spec
+
+# (dense, sparse) features: no dense, few fields, the synthetic default's 13 + 26, a wide table.
+SPECS = {"10 sparse": (0, 10), "2 + 3": (2, 3), "13 + 26": (13, 26), "4 + 60": (4, 60)}
+
+
+def flops_of_samples(space, spec, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.array([cost(space.decode(space.sample(rng)), spec).mflops for _ in range(n)])
+
+
+def test_auto_range_is_a_tenth_of_the_cheapest_to_ten_times_the_median_baseline():
+    spec = tiny_spec(13, 26)
+    flops = [cost(get_baseline(n, spec), spec).mflops for n in BASELINES]
+    assert auto_flops_range(spec) == pytest.approx((0.1 * min(flops), 10 * statistics.median(flops)))
+
+
+@pytest.mark.parametrize("shape", list(SPECS.values()), ids=list(SPECS))
+def test_sized_engineer_menus_reach_the_flops_range(shape):
+    spec = tiny_spec(*shape)
+    low, high = auto_flops_range(spec)
+    space = space_for("engineer", spec, "auto")
+    flops = flops_of_samples(space, spec, 60, seed=123)  # other draws than the sizing's own
+    inside = np.mean((flops >= low) & (flops <= high))
+    assert inside >= 0.8, (inside, low, high, np.percentile(flops, [0, 50, 100]))
+    assert flops.max() >= high / 8  # the menus reach into the range's upper part
+
+
+@pytest.mark.parametrize("shape", [SPECS["10 sparse"], SPECS["13 + 26"]], ids=["10 sparse", "13 + 26"])
+def test_sized_nasrec_menus_reach_the_flops_range(shape):
+    spec = tiny_spec(*shape)
+    low, high = auto_flops_range(spec)
+    space = space_for("nasrec", spec, "auto")
+    flops = flops_of_samples(space, spec, 40, seed=123)
+    assert np.mean((flops >= low) & (flops <= high)) >= 0.75
+    full = flops_of_samples(get_space("nasrec_full", use_dense=spec.n_dense > 0), spec, 40, seed=123)
+    assert np.median(flops) < np.median(full)  # NASRec-Full's menus were made for Criteo's scale
+
+
+def test_an_explicit_range_moves_the_menus():
+    spec = tiny_spec(13, 26)
+    small = space_for("nasrec", spec, [0.01, 1.0])
+    large = space_for("nasrec", spec, [0.1, 100.0])
+    assert max(small.options["widths"]) < max(large.options["widths"])
+    assert np.median(flops_of_samples(small, spec, 20, 5)) < np.median(flops_of_samples(large, spec, 20, 5))
+
+
+@pytest.mark.parametrize("shape", list(SPECS.values()), ids=list(SPECS))
+def test_the_default_space_holds_all_six_baselines(shape):
+    spec = tiny_spec(*shape)
+    cfg = load_config()
+    space = space_for(cfg.search.space, spec, cfg.search.flops_range)
+    for name in BASELINES:
+        arch = get_baseline(name, spec)
+        sample = space.encode(arch)
+        assert sample is not None, name
+        assert space.decode(sample) == arch and space.contains(arch)
+
+
+def test_nasrec_full_keeps_nasrec_full_menus_whatever_the_data():
+    space = space_for("nasrec_full", tiny_spec(0, 3), "auto")
+    assert space.options["widths"] == NASREC_WIDTHS and space.options["tokens"] == NASREC_TOKENS
+    assert space_for("nasrec", tiny_spec(0, 3), None).options["widths"] == NASREC_WIDTHS
+
+
+@pytest.mark.parametrize("bad", [[1.0], [2.0, 1.0], [0.0, 1.0], ["a", 2.0], "big", [True, 2.0]])
+def test_bad_ranges_are_refused_naming_the_key(bad):
+    with pytest.raises(ValueError, match="search.flops_range"):
+        check_flops_range(bad)
