@@ -1,0 +1,109 @@
+"""Searches start from the trained baselines: strategies observe them, ``auto`` targets resolve after
+them, and a baseline may win."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rankitect.config import load_config
+from rankitect.search import TrialResult, build_strategy
+from rankitect.search import _optuna
+from rankitect.search.objective import Objective
+from rankitect.search.runner import SearchRunner
+from rankitect.space import get_space
+from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
+from rankitect.space.testing import tiny_spec
+
+SPEC = tiny_spec()
+OPTIONS = {"random": {}, "evolution": {"population": 6, "sample_size": 6}, "tpe": {"n_startup_trials": 2},
+           "nsga2": {"population_size": 4}}
+
+
+def trained_baselines() -> list[tuple[str, object, TrialResult]]:
+    """The six baselines with made-up results; dcnv2 has the lowest validation NE."""
+    out = []
+    for i, name in enumerate(BASELINES):
+        ne = 0.70 if name == "dcnv2" else 0.80 + 0.01 * i
+        out.append((name, get_baseline(name, SPEC), TrialResult(val_ne=ne, test_ne=ne, mflops=1.0 + i)))
+    return out
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_strategies_take_baselines_once_and_never_propose_them(name):
+    space = engineer_space_for(SPEC)
+    strategy = build_strategy(name, space, seed=0, **OPTIONS[name])
+    bases = trained_baselines()
+    assert all(strategy.observe(arch, r) for _, arch, r in bases)
+    assert not any(strategy.observe(arch, r) for _, arch, r in bases)  # idempotent (e.g. on resume)
+    restored = build_strategy(name, space, seed=0, **OPTIONS[name])
+    restored.load_state_dict(strategy.state_dict())
+    assert not restored.observe(*bases[0][1:])  # the checkpoint holds them
+    base_hashes = {arch.hash for _, arch, _ in bases}
+    for _ in range(6):
+        arch = strategy.ask()
+        assert arch.hash not in base_hashes
+        strategy.tell(arch, TrialResult(val_ne=0.9, mflops=1.0))
+
+
+def test_a_baseline_outside_the_space_is_not_taken():
+    strategy = build_strategy("evolution", get_space("nasrec"), seed=0)
+    assert not strategy.observe(get_baseline("dlrm", SPEC), TrialResult(val_ne=0.8, mflops=1.0))
+
+
+def test_evolution_mutates_the_best_baseline_first(monkeypatch):
+    space = engineer_space_for(SPEC)
+    strategy = build_strategy("evolution", space, seed=0, **OPTIONS["evolution"])  # tournament = everyone
+    for _, arch, r in trained_baselines():
+        strategy.observe(arch, r)
+    parents = []
+    mutate = space.mutate
+    monkeypatch.setattr(space, "mutate", lambda arch, rng, num_mutations=1: parents.append(arch) or
+                        mutate(arch, rng, num_mutations))
+    strategy.ask()
+    assert parents and parents[0] == get_baseline("dcnv2", SPEC)
+
+
+@pytest.mark.parametrize("name", ["tpe", "nsga2"])
+def test_optuna_studies_hold_baselines_as_finished_trials_outside_the_budget(name):
+    strategy = build_strategy(name, engineer_space_for(SPEC), seed=0, objective=Objective(target_mflops=2.0))
+    _, arch, result = trained_baselines()[1]
+    strategy.observe(arch, result)
+    (trial,) = strategy.study.get_trials()
+    assert trial.state.name == "COMPLETE" and trial.user_attrs[_optuna.HASH_ATTR] == arch.hash
+    assert _optuna.counts(trial) and not _optuna.budgeted(trial)
+    expected = [Objective(target_mflops=2.0)(result)] if name == "tpe" else [result.val_ne, result.mflops]
+    assert trial.values == pytest.approx(expected)
+    assert strategy.space.decode(trial.params) == arch
+
+
+TINY = ["data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
+        "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2",
+        "runtime.threads=1", "search.trials=2", "search.baselines=[dlrm,deepfm]"]
+
+
+def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(overrides=TINY)
+    assert cfg.search.target_mflops == "auto"
+    lines: list[str] = []
+    runner = SearchRunner(cfg, echo=lines.append)
+    assert runner.objective.target_mflops is None  # nothing to resolve it from before the baselines
+    outcome = runner.run()
+    table = outcome.table
+    bases = table[table["kind"] == "baseline"]
+    best = bases.loc[bases["val_ne"].idxmin()]
+    assert runner.objective.target_mflops == pytest.approx(best["mflops"])
+    assert any(line.startswith("target_mflops auto: ") and best["name"] in line for line in lines)
+    ok = table[table["status"] == "ok"]
+    for _, row in ok.iterrows():  # every row ranked by the resolved objective, NE in its own units
+        doublings = max(0.0, math.log2(row["mflops"] / best["mflops"]))
+        assert row["objective"] == pytest.approx(row["val_ne"] * (1 + 0.01 * doublings))
+    assert table.loc[table["winner"], "objective"].item() == ok["objective"].min()
+    # the best baseline pays no penalty at its own FLOPs, so the winner is never worse on validation
+    assert table.loc[table["winner"], "val_ne"].item() <= best["val_ne"]
+    finished = {h for h, _, _ in runner.state.strategy["history"]["finished"]}
+    assert {get_baseline(n, runner.data.spec).hash for n in ("dlrm", "deepfm")} <= finished
