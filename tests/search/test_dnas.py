@@ -89,10 +89,30 @@ def test_objective_of_a_sample_pulls_towards_a_relaxed_target(data: ClickData) -
                     Objective(target_mflops=target, penalty="relaxed", weight=1.0))
     ne = torch.tensor(0.9)
     value = step.objective_of(ne, 2 * target)
-    assert float(value) == pytest.approx(0.9 + 1.0 * 1.0)  # NE + weight * (F / F0 - 1), exact for the sample
+    assert float(value) == pytest.approx(0.9 * (1 + 1.0 * 1.0))  # NE (1 + weight log2(F / F0)), exact for the sample
     value.backward()
     grad = weights.logits[list(space.choices).index("b2.width")].grad
     assert torch.all(grad[1:] > grad[:-1])
+
+
+def test_one_forward_step_trains_the_weights_as_a_plain_step_and_moves_the_architecture(data: ClickData) -> None:
+    space = three_slots()
+    plain, joint = build_supernet(space, data.spec, 0), build_supernet(space, data.spec, 0)
+    for net in (plain, joint):  # the output layers start at zero, where no gradient reaches a gate
+        with torch.random.fork_rng():
+            torch.manual_seed(1)
+            for p in net.head.parameters():
+                torch.nn.init.normal_(p, std=0.1)
+    batch = next(iter(data.split("train").batches(64, shuffle=False)))
+    weights = ArchitectureWeights(space)
+    path, relaxed = weights.gumbel(torch.Generator().manual_seed(0), 1.0)
+    gates = {label: w[space.choices[label].index(path[label])] for label, w in relaxed.items()}
+    ctr = data.split("train").ctr
+    SupernetTrainer(plain, TRAIN, ctr).step(batch, path)
+    SupernetTrainer(joint, TRAIN, ctr).step(batch, path, gates=gates, objective=lambda loss: 3.7 * loss)
+    for (name, a), b in zip(plain.named_parameters(), joint.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name  # the objective's factor does not reach the weights
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in weights.arch_parameters())
 
 
 def run_dnas(
