@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/nas_bench.py            # the default nasrec space, 300 steps per candidate
     .venv/bin/python bench/nas_bench.py --quick    # a 4-slot nasrec menu, 100 steps: minutes, not an hour
+    .venv/bin/python bench/nas_bench.py --cost     # default dnas and oneshot searches, 100k rows x 10 fields
+
+``--cost`` (:mod:`bench.nas_cost`) runs each default search in a process of its own and prints the
+weight-sharing part (supernet plus retraining) over one training of the architecture found (goals:
+dnas <= 3, oneshot <= 5) and the process's peak RSS (goal: dnas under 2 GB).
 
 Prints, in one run (times side by side on the same machine, so their ratios hold on a noisy one):
 
@@ -122,19 +127,26 @@ def row(name: str, result: TrialResult, wall_s: float | None, note: str = "") ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 4-slot nasrec menu and 100 steps")
+    parser.add_argument("--cost", action="store_true", help="default dnas/oneshot searches on 100k rows x 10 fields")
+    parser.add_argument("--strategies", default="dnas,oneshot", help="with --cost: the strategies, comma-separated")
     parser.add_argument("--steps", type=int, help="steps per candidate and per supernet (default 300; quick 100)")
     parser.add_argument("--population", type=int, default=16, help="one-shot evolution population")
     parser.add_argument("--target-mflops", type=float, help="FLOPs target of the objective (relaxed penalty)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.cost:
+        from nas_cost import cost_bench  # beside this file
+
+        cost_bench(args.strategies.split(","), args.threads)
+        return
     args.steps = args.steps or (100 if args.quick else 300)
     torch.set_num_threads(args.threads)
     cfg = load_config(overrides=[f"train.steps={args.steps}", "train.progress=false"])
     train_cfg = replace(cfg.train, val_every=max(1, args.steps // 3))
     data = open_data("synthetic", cfg.data, progress=True)
     space = get_space("nasrec", **(QUICK_SPACE if args.quick else {}))
-    objective = Objective(target_mflops=args.target_mflops, penalty="relaxed", weight=0.1)
+    objective = Objective(target_mflops=args.target_mflops, penalty="relaxed")
     print(f"space nasrec{' (quick menu)' if args.quick else ''}, {args.steps} steps x {train_cfg.batch_size} rows, "
           f"{args.threads} thread(s), data {data.path}")
 
