@@ -171,10 +171,11 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
-    # The default nasrec menu builds a supernet of ~300M weights; the mechanics are the same on a small one.
-    monkeypatch.setattr("rankitect.space.get_space", lambda name, **kw: get_space(name, **{**SMALL_NASREC,
-                                                                                            "num_blocks": 2}))
+    # A small nasrec menu: the mechanics are those of any space.
+    monkeypatch.setattr("rankitect.space.sizing.get_space", lambda name, **kw: get_space(
+        name, **{**SMALL_NASREC, "num_blocks": 2}))
     code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", "data.rows=3000", "train.steps=4",
+                 "search.space=nasrec", "search.flops_range=null",
                  "train.batch_size=64", "train.val_every=4", "train.val_batches=2", "train.test_batches=2",
                  "train.progress=false", "search.dnas.supernet_steps=12", "search.dnas.warmup_steps=4",
                  "search.dnas.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])
@@ -196,7 +197,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     # the supernet is kept, and a candidate can start fine-tuning from the weights cut out of it
     files = client.list_artifacts(supernet.info.run_id, "supernet")
     assert {"supernet/weights.safetensors", "supernet/space.json", "supernet/feature_spec.json"} <= {f.path for f in files}
-    code = main(["finetune", parent, "--from-supernet", "--steps", "2", "data.rows=3000", "train.batch_size=64",
+    code = main(["finetune", candidate.info.run_id, "--from-supernet", "--steps", "2", "data.rows=3000", "train.batch_size=64",
                  "train.val_every=2", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
                  "runtime.threads=1"])
     assert code == 0

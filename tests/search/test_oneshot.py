@@ -143,10 +143,11 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     monkeypatch.chdir(tmp_path)
-    # The default nasrec menu builds a supernet of ~300M weights; the mechanics are the same on a small one.
-    monkeypatch.setattr("rankitect.space.get_space", lambda name, **kw: get_space(name, **{**SMALL_NASREC,
-                                                                                            "num_blocks": 2}))
+    # A small nasrec menu: the mechanics are those of any space.
+    monkeypatch.setattr("rankitect.space.sizing.get_space", lambda name, **kw: get_space(
+        name, **{**SMALL_NASREC, "num_blocks": 2}))
     code = main(["search", "--strategy", "oneshot", "data.rows=3000", "train.steps=4", "train.batch_size=64",
+                 "search.space=nasrec", "search.flops_range=null",
                  "train.val_every=4", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
                  "search.oneshot.supernet_steps=12", "search.oneshot.warmup_steps=4", "search.oneshot.population=3",
                  "search.oneshot.sample_size=2", "search.oneshot.children=2", "search.oneshot.finetune_batches=1",
