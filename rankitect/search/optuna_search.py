@@ -97,7 +97,8 @@ class OptunaStrategy(Strategy):
             self.study.tell(number, self.values(result))
         else:
             optuna = _optuna.import_optuna()
-            self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+            state = optuna.trial.TrialState.PRUNED if result.pruned else optuna.trial.TrialState.FAIL
+            self.study.tell(number, state=state)
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Add a trained baseline to the study as a finished trial (outside the trial budget), so the

@@ -72,7 +72,7 @@ def test_optuna_studies_hold_baselines_as_finished_trials_outside_the_budget(nam
     strategy.observe(arch, result)
     (trial,) = strategy.study.get_trials()
     assert trial.state.name == "COMPLETE" and trial.user_attrs[_optuna.HASH_ATTR] == arch.hash
-    assert _optuna.counts(trial) and not _optuna.budgeted(trial)
+    assert _optuna.counts(trial) and not _optuna.takes_budget(trial)
     expected = [Objective(target_mflops=2.0)(result)] if name == "tpe" else [result.val_ne, result.mflops]
     assert trial.values == pytest.approx(expected)
     assert strategy.space.decode(trial.params) == arch
