@@ -152,9 +152,10 @@ class ExpectedFlops:
     def table(self, path: Path, labels: list[str] | None = None) -> tuple[float, dict[str, torch.Tensor]]:
         """``C(x)`` and, per active label (of ``labels``, default all), ``C(x with the label at each
         option)`` as float64; costs are computed once per expansion point and label."""
-        key = tuple(sorted(path.items(), key=lambda kv: kv[0]))
+        active = self.space.active(path)
+        key = tuple((label, path[label]) for label in active)  # inactive labels change no cost
         if key not in self._tables:
-            self._tables[key] = (float(self.supernet.path_flops(path)), {}, self.space.active(path))
+            self._tables[key] = (float(self.supernet.path_flops(path)), {}, active)
             if len(self._tables) > self.cache_size:
                 self._tables.popitem(last=False)
         self._tables.move_to_end(key)

@@ -214,16 +214,17 @@ class Supernet(nn.Module):
         values[i] = Value(role.port, out_pos, cls.out_kind == FIELD)
         return step
 
-    def _gene_templates(self, gene: Any, shapes: list[Shape]) -> tuple[InputAdapter, Block]:
-        """The adapter and block templates of ``gene`` for inputs of ``shapes``."""
+    def _gene_templates(self, gene: Any, shapes: list[Shape], *, meta: bool = False) -> tuple[InputAdapter, Block]:
+        """The adapter and block templates of ``gene`` for inputs of ``shapes`` (``meta``: sizes only,
+        built on the meta device, for costing)."""
         cls = get_block_class(gene.op)
         adapter = self._template(
             ("adapter", tuple(shapes), cls.in_kind, cls.num_inputs, gene.tokens),
             lambda: InputAdapter(shapes, [0] * len(shapes), in_kind=cls.in_kind, num_inputs=cls.num_inputs,
-                                 tokens=gene.tokens, dim=self.dim, masked=False),
+                                 tokens=gene.tokens, dim=self.dim, masked=False), meta=meta,
         )
         block = self._template(("block", gene.op, adapter.out_shape, gene.params),
-                               lambda: build_block(gene.op, adapter.out_shape, dict(gene.params)))
+                               lambda: build_block(gene.op, adapter.out_shape, dict(gene.params)), meta=meta)
         return adapter, block
 
     @staticmethod
@@ -234,13 +235,22 @@ class Supernet(nn.Module):
         if wanted != got:
             raise ValueError(f"supernet: the cut weights of {what} do not fit: expected {wanted}, got {got}")
 
-    def _template(self, key: Any, build: Callable[[], nn.Module]) -> Any:
-        """A module of the path's actual sizes whose weights are placeholders (cut weights replace them)."""
+    def _template(self, key: Any, build: Callable[[], nn.Module], *, meta: bool = False) -> Any:
+        """A module of the path's actual sizes whose weights are placeholders (cut weights replace them).
+
+        With ``meta`` the whole module (buffers too) lives on the meta device: it can only be costed,
+        and building it allocates and initializes nothing (costing many paths stays cheap).
+        """
+        key = ("meta", key) if meta else key
         if key in self._templates:
             self._templates.move_to_end(key)
             return self._templates[key]
         with torch.random.fork_rng():  # building initializes weights; the caller's random state is kept
-            module = build()
+            if meta:
+                with torch.device("meta"):
+                    module = build()
+            else:
+                module = build()
         for sub in module.modules():
             for name, p in list(sub.named_parameters(recurse=False)):
                 setattr(sub, name, nn.Parameter(torch.empty(p.shape, device="meta"), requires_grad=False))
@@ -289,9 +299,10 @@ class Supernet(nn.Module):
 
         Only sizes are needed (no weights are cut), so costing many paths stays cheap; costs are cached.
         """
-        key = _key(path)
+        arch = self._decode(path, _key(path))
+        key = arch.hash  # paths that differ in inactive labels are one architecture: costed once
         if key not in self._flops:
-            self._flops[key] = self._arch_flops(self._decode(path, key))
+            self._flops[key] = self._arch_flops(arch)
             if len(self._flops) > 16 * self.cache_size:
                 self._flops.popitem(last=False)
         self._flops.move_to_end(key)
@@ -310,11 +321,11 @@ class Supernet(nn.Module):
         shapes: dict[InputRef, Shape] = {"sparse": (self.spec.n_sparse, self.dim), "dense": (self.spec.n_dense,)}
         total = 0
         for i, gene in enumerate(arch.blocks):
-            adapter, block = self._gene_templates(gene, [shapes[r] for r in gene.inputs])
+            adapter, block = self._gene_templates(gene, [shapes[r] for r in gene.inputs], meta=True)
             total += adapter.flops() + block.flops()
             shapes[i] = tuple(block.out_shape)
         units = sum(units_of(shapes[r]) for r in arch.head.inputs)
-        head = self._template(("head", units, arch.head.widths), lambda: Head(units, arch.head.widths))
+        head = self._template(("head", units, arch.head.widths), lambda: Head(units, arch.head.widths), meta=True)
         return total + head.flops()
 
     def as_path(self, arch_or_path: Architecture | Path) -> dict[str, Any]:
