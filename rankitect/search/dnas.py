@@ -23,7 +23,7 @@ choice, the expected MFLOPs and the temperature are logged to a ``supernet`` chi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -65,6 +65,18 @@ class ArchStep:
     trainer: SupernetTrainer
     expected: ExpectedFlops
     objective: Objective
+    refresh_every: int = 3  # architecture steps between moves of the penalty's expansion point
+    _point: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _age: int = field(default=0, init=False, repr=False)
+
+    def expansion_point(self) -> dict[str, Any]:
+        """The most probable path, re-read every ``refresh_every`` calls: early on the logits are
+        near ties and the argmax flips every step, and each new point costs every option of every
+        active label; a point two steps old serves a first-order penalty gradient as well."""
+        if self._point is None or self._age >= self.refresh_every:
+            self._point, self._age = self.weights.argmax(), 0
+        self._age += 1
+        return self._point
 
     def _gated(self, generator: torch.Generator, tau: float) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
         """A hard Gumbel-softmax path, its gates (straight-through, forward value 1) and its MFLOPs."""
@@ -84,7 +96,7 @@ class ArchStep:
             p.grad = g
         self._update()
         return {"arch/ne": float(ne.detach()), "arch/objective": float(value.detach()),
-                "arch/sample_mflops": sampled, "arch/expected_mflops": self._expected()}
+                "arch/sample_mflops": sampled}
 
     def joint(self, batch: Batch, generator: torch.Generator, tau: float) -> dict[str, float]:
         """Weights and architecture on one forward and one backward (``arch_split: train``, one-level
@@ -105,7 +117,7 @@ class ArchStep:
         loss = self.trainer.step(batch, path, gates=gates, objective=objective)
         if self.trainer.skipped == skipped:
             self._update()
-        return {"train/loss": loss, **seen, "arch/sample_mflops": sampled, "arch/expected_mflops": self._expected()}
+        return {"train/loss": loss, **seen, "arch/sample_mflops": sampled}
 
     def _update(self) -> None:
         """Step the architecture weights on the gradients they hold (none: zero)."""
@@ -119,7 +131,8 @@ class ArchStep:
         self.optimizer.zero_grad(set_to_none=True)
 
     @torch.no_grad()
-    def _expected(self) -> float:
+    def expected_mflops(self) -> float:
+        """Expected MFLOPs of the current distribution (for the curves: costed when logged)."""
         return float(self.expected(self.weights.probs())) / 1e6
 
     def objective_of(self, ne: torch.Tensor, sampled_mflops: float) -> torch.Tensor:
@@ -130,10 +143,10 @@ class ArchStep:
         option by option around the most probable path ``m``: in ``p_{l,i}`` it is
         ``objective.torch_value(ne, C(m with label l at option i))``, what that option would make of
         the current architecture's objective. Probability flows to the options that bring it to the
-        target; the cost tables change only when ``m`` does.
+        target; the cost tables change only when ``m`` does (:meth:`expansion_point`).
         """
         value = self.objective.torch_value(ne, torch.tensor(sampled_mflops, dtype=ne.dtype))
-        base, costs = self.expected.table(self.weights.argmax())
+        base, costs = self.expected.table(self.expansion_point())
         probs = self.weights.probs()
         here = self.objective.torch_value(ne.detach(), torch.tensor(base / 1e6, dtype=ne.dtype))
         pull = torch.zeros((), dtype=ne.dtype)
@@ -171,11 +184,11 @@ def dnas_search(
             if arch_now:
                 row.update(arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
-        if "arch/ne" in row:
-            bar.set_postfix(ne=f"{row['arch/ne']:.4f}", mflops=f"{row['arch/expected_mflops']:.3f}")
         if curves is not None and (step % cfg.log_every == 0 or step == cfg.supernet_steps - 1):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
-            curves.log(step, {**row, **entropy, "arch/tau": tau})
+            curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops()})
+        if "arch/ne" in row:
+            bar.set_postfix(ne=f"{row['arch/ne']:.4f}")
     return weights
 
 
