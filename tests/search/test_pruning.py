@@ -18,8 +18,10 @@ from rankitect.search.pruning import Rungs
 from rankitect.search.runner import SearchRunner
 from rankitect.train.task import TrialPruned
 
+from tests.learnable import learnable_source
+
 TINY = [
-    "data.rows=3000", "train.batch_size=64", "train.max_epochs=3", "train.test_batches=2",
+    f"data.source={learnable_source()}", "train.batch_size=64", "train.max_epochs=3", "train.test_batches=2",
     "search.strategy=random", "runtime.threads=1",
 ]
 
