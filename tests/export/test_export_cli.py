@@ -12,8 +12,10 @@ import torch
 from rankitect.cli import main
 from rankitect.data import open_data
 from rankitect.space import Architecture, build_model
+from tests.learnable import learnable_source
 
-TINY = ["data.rows=6000", "train.batch_size=128", "train.val_batches=4", "train.test_batches=0", "runtime.threads=1"]
+TINY = [f"data.source={learnable_source()}", "train.batch_size=128", "train.val_batches=4", "train.test_batches=0",
+        "runtime.threads=1"]
 
 
 @pytest.fixture()
@@ -36,7 +38,8 @@ def _import(path: Path):
 
 
 def test_search_winner_exports_and_reproduces_tracked_logits(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["search", "--strategy", "random", "--trials", "2", "--steps", "6", *TINY, "search.baselines=[dlrm]"]) == 0
+    assert main(["search", "--strategy", "random", "--trials", "2", "train.max_epochs=2", *TINY,
+                 "search.baselines=[dlrm]"]) == 0
     parent = capsys.readouterr().out.split("MLflow search run: ")[1].split()[0]
     assert main(["export", parent, "-o", str(env / "exported"), *TINY]) == 0
     exported = _import(env / "exported" / "model.py").load(str(env / "exported"))
@@ -46,7 +49,7 @@ def test_search_winner_exports_and_reproduces_tracked_logits(env: Path, capsys: 
     files = Tracker().fetch_model_files(parent, env / "fetched")
     arch = Architecture.from_json((env / "exported" / "genotype.json").read_text())
     assert arch.hash == Architecture.from_json(files.genotype.read_text()).hash
-    data = open_data("synthetic", rows=6000)
+    data = open_data(learnable_source())
     model = build_model(arch, data.spec)
     model.load_state_dict(torch.load(files.weights, weights_only=True))
     model.eval()
@@ -58,10 +61,9 @@ def test_search_winner_exports_and_reproduces_tracked_logits(env: Path, capsys: 
 
 
 def test_finetune_lowers_test_ne(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    more = [*TINY, "data.rows=20000"]  # 90 steps of 128 stay within one epoch: no overfitting
-    assert main(["train", "--arch", "baseline:dlrm", "--steps", "10", *more, "train.val_every=10"]) == 0
+    assert main(["train", "--arch", "baseline:dlrm", "--steps", "6", *TINY]) == 0
     run = _run_id(capsys.readouterr().out)
-    assert main(["finetune", run, "--steps", "80", *more, "train.val_every=40"]) == 0
+    assert main(["finetune", run, "--steps", "80", *TINY, "train.val_every=8"]) == 0
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if l.startswith("test/ne"))
     before, after = map(float, line.split()[1:3])

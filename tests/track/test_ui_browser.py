@@ -37,11 +37,13 @@ from urllib.parse import quote, urlencode
 import pytest
 
 from rankitect.cli import main
+from tests.learnable import learnable_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "ui-browser"
 SEARCH = [
-    "search", "--strategy", "random", "--trials", "2", "--steps", "4", "data.rows=3000", "train.batch_size=64",
+    "search", "--strategy", "random", "--trials", "2", "train.max_epochs=2", f"data.source={learnable_source()}",
+    "train.batch_size=64",
     "train.val_batches=2", "train.test_batches=2", "search.baselines=[dlrm]", "runtime.threads=1",
 ]
 CHROMIUM_FLAGS = [
