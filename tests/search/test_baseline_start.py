@@ -15,6 +15,7 @@ from rankitect.search.runner import SearchRunner
 from rankitect.space import get_space
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.testing import tiny_spec
+from tests.learnable import learnable_source
 
 SPEC = tiny_spec()
 OPTIONS = {"random": {}, "evolution": {"population": 6, "sample_size": 6}, "tpe": {"n_startup_trials": 2},
@@ -78,16 +79,16 @@ def test_optuna_studies_hold_baselines_as_finished_trials_outside_the_budget(nam
     assert strategy.space.decode(trial.params) == arch
 
 
-TINY = ["data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
-        "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2",
-        "runtime.threads=1", "search.trials=2", "search.baselines=[dlrm,deepfm]"]
+TINY = ["train.max_epochs=1", "train.batch_size=64", "train.val_batches=2", "train.test_batches=2",
+        "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1", "search.trials=2",
+        "search.baselines=[dlrm,deepfm]"]
 
 
 def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_path, monkeypatch):
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(overrides=TINY)
+    cfg = load_config(overrides=[f"data.source={learnable_source()}", *TINY])
     assert cfg.search.target_mflops == "auto"
     lines: list[str] = []
     runner = SearchRunner(cfg, echo=lines.append)
