@@ -108,7 +108,24 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     finally:
         progress.close()
     _print_outcome(outcome, runner)
+    _log_winner_model(runner, outcome)
     return 0
+
+
+def _log_winner_model(runner: Any, outcome: Any) -> None:
+    """Log the winner as an MLflow pyfunc taking raw feature columns (its export directory)."""
+    import tempfile
+
+    from rankitect.export import export_from_files
+
+    if outcome.best is None or not runner.owner:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        files = runner.tracker.fetch_model_files(outcome.parent_run_id, f"{tmp}/files")
+        export_from_files(files.genotype, files.spec, files.weights, f"{tmp}/export", data=runner.data)
+        uri = runner.tracker.log_raw_rows_model(files.run_id, f"{tmp}/export")
+    print(f"winner logged as an MLflow model of run {files.run_id}: mlflow.pyfunc.load_model({uri!r}) "
+          "scores a DataFrame of raw feature columns")
 
 
 def _print_outcome(outcome: Any, runner: Any) -> None:

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
@@ -83,6 +84,33 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     assert hint.count(f"track.uri={uri}") == 3  # runs, export and ui
     assert "best genotype: " in captured.out and '"blocks"' not in captured.out  # a path, not the JSON
     assert "search 1/1" in captured.err and "done 1" in captured.err  # the search-level bar
+    assert "Warning" not in captured.err and "INFO" not in captured.err  # third-party chatter is off
+
+    # the winner is a logged MLflow model that scores raw feature columns like the trained network
+    import mlflow
+    import pandas as pd
+    import torch
+
+    from rankitect.data import open_data
+    from rankitect.space import Architecture, build_model
+    from rankitect.track import Tracker
+
+    model_uri = captured.out.split("mlflow.pyfunc.load_model('")[1].split("'")[0]
+    files = Tracker(uri).fetch_model_files(hint.split()[0], tmp_path / "fetched")
+    data = open_data("synthetic", rows=3000)
+    batch = data.split("test").take(np.arange(6))
+    rows = pd.DataFrame({f.name: batch.dense[:, j].tolist() for j, f in enumerate(data.spec.dense)}
+                        | {f.name: batch.sparse_ids()[:, j].tolist() for j, f in enumerate(data.spec.sparse)})
+    mlflow.set_tracking_uri(uri)
+    try:
+        got = mlflow.pyfunc.load_model(model_uri).predict(rows)
+    finally:
+        mlflow.set_tracking_uri(None)
+    net = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
+    net.load_state_dict(torch.load(files.weights, weights_only=True))
+    with torch.no_grad():
+        expected = torch.sigmoid(net.eval()(batch))
+    assert torch.allclose(torch.tensor(got), expected, atol=1e-6)
 
 
 GROUP = """

@@ -252,6 +252,24 @@ class Tracker:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
         return found[0]
 
+    def log_raw_rows_model(self, run_id: str, export_dir: str | Path) -> str:
+        """Log an export directory as an MLflow pyfunc model of run ``run_id`` (under "Logged
+        models"): ``predict`` takes a DataFrame of raw feature columns. Returns the model URI."""
+        import mlflow
+        import torch
+
+        code = Path(__file__).with_name("raw_rows_model.py")
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(self.uri)  # Model.log reads the global tracking URI
+        try:
+            info = mlflow.models.Model.log(
+                None, mlflow.pyfunc, name="model", run_id=run_id, python_model=str(code),
+                artifacts={"export": str(export_dir)},
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
+        finally:
+            mlflow.set_tracking_uri(previous)
+        return info.model_uri
+
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
 
