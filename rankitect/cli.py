@@ -100,8 +100,9 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}",
           flush=True)
-    progress = SearchProgress(runner.trial_budget(), time_budget=getattr(runner.cfg.search, "time_budget", None),
-                              done=len(runner.state.trials))
+    budget = getattr(runner, "budget", None)
+    progress = SearchProgress(runner.trial_budget(), time_budget=None if budget is None else budget.seconds,
+                              done=len(runner.state.trials), elapsed=0.0 if budget is None else budget.spent())
     runner.watch(progress)
     try:
         outcome = runner.run()
@@ -142,6 +143,13 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
               f"{row['mflops']:.3f} MFLOPs per example")
     if outcome.best is not None:
         print(f"best genotype: {outcome.out_dir / 'best_genotype.json'}")
+    from rankitect.eval.pareto import verdict
+
+    print(verdict(outcome.table))
+    if outcome.spending:
+        spent = outcome.spending
+        parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
+        print(f"time: {spent['total'] / 60:.1f} min ({parts} min)")
     store = store_args(runner.tracker.uri)
     print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}{store}; "
           f"rankitect export {outcome.parent_run_id} -o winner/{store}; rankitect ui{store})")
@@ -192,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--strategy", help="random | evolution | tpe | nsga2 | oneshot | dnas")
     search.add_argument("--space", help="nasrec | engineer")
     search.add_argument("--trials", type=int, help="candidates to train")
-    search.add_argument("--steps", type=int, help="training steps per candidate")
+    search.add_argument("--steps", type=int, help="cap on training steps per candidate (default: epochs decide)")
+    search.add_argument("--time-budget", help="wall clock of the whole search, e.g. 90m, 4h")
     search.add_argument("--seed", type=int)
     search.add_argument("--target-mflops", type=float, help="FLOPs target of the penalty (MFLOPs/example)")
     search.add_argument("--workers", type=int, help="local worker processes")
@@ -203,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(handler=cmd_search, flags={
         "strategy": "search.strategy", "space": "search.space", "trials": "search.trials", "steps": "train.steps",
         "seed": "search.seed", "target_mflops": "search.target_mflops", "workers": "search.workers",
-        "storage": "search.storage", "study_name": "search.study_name"})
+        "storage": "search.storage", "study_name": "search.study_name",
+        "time_budget": "search.time_budget"})
 
     train = sub.add_parser("train", help="train one architecture and log it to MLflow")
     train.add_argument("--arch", required=True, help="a genotype JSON file or baseline:NAME")

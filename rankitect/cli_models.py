@@ -82,6 +82,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.space.flops import cost
     from rankitect.track import Tracker
     from rankitect.train.loop import train_architecture
+    from rankitect.train.task import TrialDiverged
 
     set_threads(cfg)
     if cfg.runtime.sharding == "torchrec":
@@ -89,8 +90,12 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     data = open_data(cfg.data.source, cfg.data, progress=True)
     arch = _load_arch(args.arch, data.spec)
     c = cost(arch, data.spec)
-    print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
-    out = train_architecture(arch, data, cfg.train, runtime=cfg.runtime)
+    budget = f"at most {cfg.train.steps} steps" if cfg.train.steps else f"at most {cfg.train.max_epochs} epochs"
+    print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {budget}")
+    try:
+        out = train_architecture(arch, data, cfg.train, runtime=cfg.runtime)
+    except TrialDiverged as e:
+        raise UserError(f"training {arch.hash} failed: {e}") from None
     result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"}, params=data_params(cfg),

@@ -16,19 +16,20 @@ from mlflow import MlflowClient
 
 from rankitect.cli import main
 
-TINY = ["train.batch_size=64", "train.val_batches=2", "train.test_batches=2", "runtime.threads=1"]
+# small, yet enough for the training protocol: validation NE below 1 within two epochs
+TINY = ["train.batch_size=64", "train.test_batches=2", "search.pruning=none", "runtime.threads=1"]
 
 
 @pytest.fixture()
 def trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
-    """A DLRM trained on 3000 synthetic rows into a store outside the working directory."""
+    """A DLRM trained on 8000 synthetic rows into a store outside the working directory."""
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    assert main(["train", "--arch", "baseline:dlrm", "--steps", "6", "data.rows=3000", f"track.uri={uri}", *TINY]) == 0
+    assert main(["train", "--arch", "baseline:dlrm", "train.max_epochs=2", "data.rows=8000", f"track.uri={uri}", *TINY]) == 0
     out = capsys.readouterr().out
     return {"uri": uri, "run": out.split("MLflow run: ")[1].split()[0], "work": work}
 
@@ -38,7 +39,7 @@ def test_runs_takes_the_store_override_before_or_after_a_run_id(trained: dict, c
     assert main(["runs", f"track.uri={uri}"]) == 0
     assert "no runs" in capsys.readouterr().out  # a lone train run is no search; no traceback
     child = MlflowClient(uri).get_run(run)
-    assert child.data.params["data.rows"] == "3000"
+    assert child.data.params["data.rows"] == "8000"
     for argv in (["runs", f"track.uri={uri}", "-v"], ["-v", "runs", f"track.uri={uri}"]):
         assert main(argv) == 0
     assert not (trained["work"] / "mlruns").exists()  # nothing was created where the command ran
@@ -54,20 +55,20 @@ def test_reading_commands_never_create_a_store(trained: dict, capsys) -> None:
 
 def test_finetune_uses_the_runs_data_and_refuses_other_data(trained: dict, capsys) -> None:
     uri, run = trained["uri"], trained["run"]
-    # the default data.rows is 200000: without an override finetune must still use the run's 3000
+    # the default data.rows is 200000: without an override finetune must still use the run's 8000
     assert main(["finetune", run, f"track.uri={uri}", "--steps", "4", *TINY]) == 0
     out = capsys.readouterr().out
     new = out.split("MLflow run: ")[1].split()[0]
     ran = MlflowClient(uri).get_run(new)
-    assert ran.data.params["data.rows"] == "3000"
+    assert ran.data.params["data.rows"] == "8000"
     assert ran.data.tags["mlflow.parentRunId"] == run  # nested under its source
     assert f"track.uri={uri}" in out  # the hint names the store
     assert "fine-tuning" in out and "before" in out and "after" in out
     assert main(["finetune", run, f"track.uri={uri}", "data.rows=5000", *TINY]) == 2
     err = capsys.readouterr().err
-    assert "data.rows=5000" in err and "data.rows=3000" in err and run in err
+    assert "data.rows=5000" in err and "data.rows=8000" in err and run in err
     assert main(["probe", run, f"track.uri={uri}", "data.rows=5000", *TINY]) == 2
-    assert "data.rows=3000" in capsys.readouterr().err
+    assert "data.rows=8000" in capsys.readouterr().err
     assert main(["probe", f"track.uri={uri}", run, "--batches", "1", *TINY]) == 0
 
 
@@ -76,7 +77,7 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
-    argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "--steps", "3", "data.rows=3000",
+    argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "train.max_epochs=2", "data.rows=8000",
             "search.baselines=[]", *TINY]
     assert main(argv) == 0
     captured = capsys.readouterr()
@@ -97,7 +98,7 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
 
     model_uri = captured.out.split("mlflow.pyfunc.load_model('")[1].split("'")[0]
     files = Tracker(uri).fetch_model_files(hint.split()[0], tmp_path / "fetched")
-    data = open_data("synthetic", rows=3000)
+    data = open_data("synthetic", rows=8000)
     batch = data.split("test").take(np.arange(6))
     rows = pd.DataFrame({f.name: batch.dense[:, j].tolist() for j, f in enumerate(data.spec.dense)}
                         | {f.name: batch.sparse_ids()[:, j].tolist() for j, f in enumerate(data.spec.sparse)})

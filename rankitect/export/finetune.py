@@ -99,7 +99,7 @@ def finetune(
                 model.load_state_dict(torch.load(files.weights, weights_only=True))
             before = score(model, data, cfg)
             start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            out = train_model(model, data, cfg, runtime=runtime)
+            out = _train(model, data, cfg, runtime, before, from_scratch)
         kept_start = not from_scratch and out.metrics["val/ne"] >= before["val/ne"]
         if kept_start:
             model.load_state_dict(start)
@@ -114,3 +114,18 @@ def finetune(
         data.spec.save(spec_file)
         tracker.log_model_files(new_id, weights, spec_file)
     return FinetuneOutcome(new_id, files.run_id, before, after, kept_start, out.metrics)
+
+
+def _train(model: Any, data: Any, cfg: TrainConfig, runtime: RuntimeConfig | None, before: dict[str, float],
+           from_scratch: bool) -> Any:
+    """Train ``model`` by the search's protocol; fine-tuning that diverges (validation NE never back
+    below 1) leaves a result scored like the start, so the starting weights are kept."""
+    from rankitect.train.loop import TrainResult, train_model
+    from rankitect.train.task import TrialDiverged
+
+    try:
+        return train_model(model, data, cfg, runtime=runtime)
+    except TrialDiverged:
+        if from_scratch:
+            raise
+        return TrainResult(model=model, metrics=dict(before), train_seconds=0.0, steps=0, history=[])

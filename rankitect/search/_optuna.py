@@ -27,6 +27,12 @@ def counts(trial: Any) -> bool:
     return HASH_ATTR in attrs and DUPLICATE_ATTR not in attrs and OVER_BUDGET_ATTR not in attrs
 
 
+def takes_budget(trial: Any) -> bool:
+    """Whether ``trial`` holds one of a shared search's ``search.trials`` slots: a proposal of its
+    own (:func:`counts`) that was not pruned (a pruned trial gives its slot back)."""
+    return counts(trial) and trial.state.name != "PRUNED"
+
+
 def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budget: int) -> bool:
     """Whether the running proposal of ``genotype_hash`` is within a shared study's ``budget``.
 
@@ -42,7 +48,7 @@ def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budge
     if not mine:
         return True
     number = mine[-1].number
-    if sum(1 for t in trials if counts(t) and t.number < number) < budget:
+    if sum(1 for t in trials if takes_budget(t) and t.number < number) < budget:
         return True
     optuna.trial.Trial(study, mine[-1]._trial_id).set_user_attr(OVER_BUDGET_ATTR, True)
     study.tell(number, state=optuna.trial.TrialState.FAIL)

@@ -63,15 +63,18 @@ class SearchProgress(LineProgress):
         total: trials the search runs (baselines and candidates).
         time_budget: seconds the search may take (``None``: no budget); caps the ETA.
         done: trials finished before this process started (a resumed search).
+        elapsed: seconds of the time budget spent before this process started.
+
+    A pruned trial gives its slot back (the search trains another in its place): the total grows by one.
     """
 
-    def __init__(self, total: int, *, time_budget: float | None = None, done: int = 0,
+    def __init__(self, total: int, *, time_budget: float | None = None, done: int = 0, elapsed: float = 0.0,
                  stream: TextIO | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
         from tqdm import tqdm
 
         super().__init__()
         self.total, self.time_budget, self.done_before = total, time_budget, done
-        self.t0 = time.time()
+        self.t0, self.elapsed_before = time.time(), elapsed
         self.lock = threading.RLock()
         self.bar = tqdm(total=total, initial=done, file=stream or sys.stderr, unit="trial", dynamic_ncols=True,
                         bar_format="search {n_fmt}/{total_fmt} |{bar:20}| {elapsed}{postfix}")
@@ -91,6 +94,9 @@ class SearchProgress(LineProgress):
     def finished(self, name: str, result: Any, line: str) -> None:
         with self.lock:
             super().finished(name, result, line)
+            if result.status == "pruned":
+                self.bar.total += 1
+                self.total += 1
             self.bar.update(1)
             self._refresh()
 
@@ -116,7 +122,7 @@ class SearchProgress(LineProgress):
         left = self.total - self.done_before - finished
         guess = (now - self.t0) / finished * left if finished else None
         if self.time_budget is not None:
-            budget_left = max(0.0, self.time_budget - (now - self.t0))
+            budget_left = max(0.0, self.time_budget - self.elapsed_before - (now - self.t0))
             return budget_left if guess is None else min(guess, budget_left)
         return guess
 

@@ -15,8 +15,10 @@ candidates' names. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is 
 ``baseline`` or ``finetune``): params ``genotype_hash`` and every architecture choice under the
 space's flat label (``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation
 step), ``test/ne``, ``test/auc``, ``test/logloss``, ``mflops``, ``params``, ``train_seconds``,
-artifact ``genotype.json``; its real start and end times; status FINISHED, or FAILED with the
-message in the ``error`` tag. One name per metric: a search run's ``test/ne`` is its winner's.
+artifact ``genotype.json``; its real start and end times; tag ``rankitect.status`` (``ok``,
+``failed``, ``pruned``); status FINISHED, FAILED with the message in the ``error`` tag, or KILLED
+for a trial the search's successive halving stopped early. One name per metric: a search run's
+``test/ne`` is its winner's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import math
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +59,11 @@ VIEW_KEY = "rankitect"  # the experiment's shared runs-table view: tag mlflow.sh
 VIEW_COLUMNS = ("test/ne", "val/ne", "test/auc", "mflops", "params", "train_seconds")
 WINNER_METRICS = {"val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "mflops": "mflops",
                   "objective": "objective"}  # metric name -> Pareto table column
+
+
+# A trial's status -> its MLflow run status. A pruned trial was stopped early by the search's
+# successive halving: KILLED (ended before its natural end), with tag rankitect.status=pruned.
+RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 
 
 def _cut(text: str, limit: int) -> str:
@@ -171,6 +179,7 @@ class Tracker:
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
         if parent_id is not None:
             tags[PARENT] = parent_id
+        tags["rankitect.status"] = result.status
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
         tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
@@ -185,7 +194,7 @@ class Tracker:
         last = max((int(p["step"]) for p in history or []), default=0)
         self._log(run_id, params=every, metrics=metrics, step=last)
         self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
-        self.client.set_terminated(run_id, _run_status(result.status), end_time=int(end * 1000))
+        self.client.set_terminated(run_id, RUN_STATUS[result.status], end_time=int(end * 1000))
         return run_id
 
     def _log_history(self, run_id: str, history: list[dict[str, float]], start: float, end: float) -> None:
@@ -262,13 +271,19 @@ class Tracker:
         previous = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(self.uri)  # Model.log reads the global tracking URI
         try:
-            info = mlflow.models.Model.log(
-                None, mlflow.pyfunc, name="model", run_id=run_id, python_model=str(code),
-                artifacts={"export": str(export_dir)},
-                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # MLflow's advice on predict's type hints: the input is a DataFrame
+                info = mlflow.models.Model.log(
+                    None, mlflow.pyfunc, name="model", run_id=run_id, python_model=str(code),
+                    artifacts={"export": str(export_dir)},
+                    pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
         finally:
             mlflow.set_tracking_uri(previous)
         return info.model_uri
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` (name -> value) on run ``run_id`` at step 0."""
+        self._log(run_id, metrics=metrics)
 
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
@@ -365,10 +380,6 @@ class Tracker:
         if metrics_l:
             self.client.log_batch(run_id, metrics=metrics_l)
 
-
-def _run_status(status: str) -> str:
-    """MLflow's run status of a trial status: ``ok`` finished, ``pruned`` killed, the rest failed."""
-    return {"ok": "FINISHED", "pruned": "KILLED"}.get(status, "FAILED")
 
 
 def _table_safe(df: pd.DataFrame) -> pd.DataFrame:

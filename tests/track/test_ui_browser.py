@@ -43,8 +43,8 @@ from rankitect.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "ui-browser"
 SEARCH = [
-    "search", "--strategy", "random", "--trials", "3", "--steps", "4", "data.rows=3000", "train.batch_size=64",
-    "train.val_batches=2", "train.test_batches=2", "search.baselines=[dlrm]", "runtime.threads=1",
+    "search", "--strategy", "random", "--trials", "3", "train.max_epochs=2", "data.rows=8000", "train.batch_size=64",
+    "train.test_batches=2", "search.pruning=none", "search.baselines=[dlrm]", "runtime.threads=1",
 ]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
