@@ -37,8 +37,11 @@ def _comments(cls: type) -> dict[str, str]:
 
 
 def _summary(cls: type) -> str:
+    """The first paragraph of the class docstring (none for a dataclass's generated signature)."""
     doc = inspect.getdoc(cls) or ""
-    return " ".join(doc.split("\n\n")[0].split()) if doc and cls.__doc__ else ""
+    if doc.startswith(f"{cls.__name__}("):
+        return ""
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def _default(f: dataclasses.Field) -> Any:
