@@ -29,7 +29,8 @@ def trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     work.mkdir()
     monkeypatch.chdir(work)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    assert main(["train", "--arch", "baseline:dlrm", "train.max_epochs=2", "data.rows=8000", f"track.uri={uri}", *TINY]) == 0
+    argv = ["train", "--arch", "baseline:dlrm", "train.max_epochs=2", "data.rows=8000", f"track.uri={uri}", *TINY]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     return {"uri": uri, "run": out.split("MLflow run: ")[1].split()[0], "work": work}
 
@@ -77,7 +78,8 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
-    argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "train.max_epochs=2", "data.rows=8000",
+    argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "train.max_epochs=2",
+            "data.rows=8000",
             "search.baselines=[]", *TINY]
     assert main(argv) == 0
     captured = capsys.readouterr()

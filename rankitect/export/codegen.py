@@ -55,7 +55,8 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     ['x0 = self.blocks[0](*self.adapters[0]([dense]))  # mlp -> (B, 8)']
     """
     plan = make_plan(arch, spec)
-    roots = ["flat", "cat_request", "InputAdapter", "Head", "RowScorer", "read_safetensors", *(g.cls for g in plan.genes)]
+    roots = ["flat", "cat_request", "InputAdapter", "Head", "RowScorer", "read_safetensors",
+             *(g.cls for g in plan.genes)]
     if plan.uses_sparse:
         roots.append("SparseEmbedding")
     body = "\n\n\n".join([bundle(sorted(set(roots))), _model_class(plan), LOAD_SOURCE])

@@ -107,7 +107,8 @@ def finetune(
         c = cost(arch, data.spec)
         result = TrialResult.from_metrics(after, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
         tags = {FROM_TAG: files.run_id, "rankitect.command": "finetune", "rankitect.kind": "finetune",
-                "rankitect.start": _start(from_scratch, from_supernet), "rankitect.kept": "start" if kept_start else "finetuned"}
+                "rankitect.start": _start(from_scratch, from_supernet),
+                "rankitect.kept": "start" if kept_start else "finetuned"}
         new_id = tracker.log_trial(files.run_id, arch, result, tags, params=params, history=out.history)
         weights, spec_file = Path(tmp) / "finetuned.pt", Path(tmp) / "spec.json"
         torch.save(model.state_dict(), weights)

@@ -166,7 +166,8 @@ def search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     client = MlflowClient(uri)
     parent = client.get_run(parent_id)
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
-    assert sorted(c.data.tags["rankitect.kind"] for c in children) == ["baseline", "candidate", "candidate", "candidate"]
+    kinds = sorted(c.data.tags["rankitect.kind"] for c in children)
+    assert kinds == ["baseline", "candidate", "candidate", "candidate"]
     return {"uri": uri, "parent": parent, "children": list(children)}
 
 
@@ -210,7 +211,8 @@ def test_runs_list_in_the_model_training_view_and_a_compare_view_of_three_candid
     missing = [v for v in values if v not in page.text]
     assert not missing, f"runs list lacks the metric values {missing}: {page.text[:2000]}"
     assert all(n in page.text for n in names)
-    order = [page.text.index(c.info.run_name) for c in sorted(search["children"], key=lambda c: c.data.metrics["test/ne"])]
+    by_ne = sorted(search["children"], key=lambda c: c.data.metrics["test/ne"])
+    order = [page.text.index(c.info.run_name) for c in by_ne]
     assert order == sorted(order)  # best test NE first
 
     ids = json.dumps([c.info.run_id for c in cands])
@@ -218,7 +220,8 @@ def test_runs_list_in_the_model_training_view_and_a_compare_view_of_three_candid
     url = f"{server}/#/compare-runs?{urlencode({'runs': ids, 'experiments': exp}, quote_via=quote)}"
     choices = sorted(k for k in cands[0].data.params if k != "genotype_hash")
     assert len(choices) > 10  # every architecture choice is a parameter of the candidate
-    page = _render(chromium, url, ARTIFACTS / "compare_3.png", lambda p: "Parameters" in p.text and choices[0] in p.text)
+    page = _render(chromium, url, ARTIFACTS / "compare_3.png",
+                   lambda p: "Parameters" in p.text and choices[0] in p.text)
     assert "Comparing 3 Runs" in page.text, page.text[:1500]
     words = page.words[len(page.words) - page.words[::-1].index("Parameters"):]  # the parameters table
     for label in choices:
