@@ -103,7 +103,10 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     _attach_weights(tracker, run_id, out.model, data.spec)
     for k, v in sorted(out.metrics.items()):
         print(f"{k:18s} {v:.4f}")
-    print(f"MLflow run: {run_id}")
+    from rankitect.track.store import store_args
+
+    store = store_args(tracker.uri)
+    print(f"MLflow run: {run_id}  (rankitect export {run_id} -o DIR{store}; rankitect finetune {run_id}{store})")
     return 0
 
 
