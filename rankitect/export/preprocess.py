@@ -3,7 +3,8 @@
 It tells the exported ``model.py`` (:class:`~rankitect.export.standalone.serving.RowScorer`) how a
 raw row becomes the model's inputs, with the readers' own rules:
 
-* tabular (CSV / parquet): dense as given, missing -> 0; a categorical value is the string the
+* tabular (CSV / parquet): dense missing -> 0, then ``sign(x) log(1 + |x|)`` (the schema's
+  ``dense_transform: log1p``, the default) or as given (``none``); a categorical value is the string the
   reader reads, hashed with SipHash-2-4 keyed per column (``rankitect.data.hashing.hash_strings``),
   then either bucketed (``vocab: hash``) or looked up in the vocabulary counted on the train split
   (``vocab: train``; unseen or rare values get the OOV id 1), missing -> 0;
@@ -34,7 +35,8 @@ def preprocessing(data: ClickData) -> dict[str, Any]:
     """The preprocessing of ``data`` as plain JSON data (see the module docstring)."""
     spec, source, params = data.spec, data.source, data.meta.get("params", {})
     if source == "tabular":
-        dense = [{"name": f.name, "transform": "none"} for f in spec.dense]
+        transform = "signed_log1p" if params.get("dense_transform", "none") == "log1p" else "none"
+        dense = [{"name": f.name, "transform": transform} for f in spec.dense]
         sparse = [_tabular_sparse(data, params, j, f) for j, f in enumerate(spec.sparse)]
     elif source == "criteo":
         if params.get("min_count"):

@@ -18,10 +18,11 @@ from rankitect.config import load_config
 from rankitect.search.checkpoint import load_state
 from rankitect.search.runner import SearchRunner
 
+from tests.learnable import learnable_source
 from .pg_server import postgres_server
 
 TINY = [
-    "data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
+    f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.val_batches=2",
     "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
 ]
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ vocabulary id; an unseen value gets the OOV id.
 """
 
 import json
+import math
 
 import torch
 
@@ -103,8 +104,14 @@ class RowScorer:
                        for f in preprocess["sparse"] if f["encoding"] == "vocab"}
 
     def dense_value(self, feature: dict, value: object) -> float:
+        """Missing -> 0, then the reader's transform: ``log1p`` of ``max(x, 0)`` (Criteo) or
+        ``sign(x) log1p(|x|)`` (tabular)."""
         x = 0.0 if _missing(value) else float(value)
-        return torch.log1p(torch.tensor(max(x, 0.0))).item() if feature["transform"] == "log1p" else x
+        if feature["transform"] == "log1p":
+            return math.log1p(max(x, 0.0))
+        if feature["transform"] == "signed_log1p":
+            return math.copysign(math.log1p(abs(x)), x)
+        return x
 
     def sparse_id(self, feature: dict, value: object) -> int:
         if _missing(value):
