@@ -10,9 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH_OWN_SPACE = '''
-cfg = load_config(overrides=["search.space=two_layer", "search.strategy=random", "search.trials=2",
+cfg = load_config(overrides=["search.space=two_layer", "search.strategy=random", "search.trials=1",
                              "search.baselines=[]", "search.pruning=none", "data.rows=8000",
-                             "train.max_epochs=2", "runtime.threads=1"])
+                             "train.batch_size=128", "train.max_epochs=2", "train.warmup_steps=50",
+                             "runtime.threads=1"])
 own = runner_class("random")(cfg).run()
 assert set(own.table["status"]) == {"ok"}, own.table
 assert all(a.blocks[0].op == "scaled_linear" for a in [own.best])
