@@ -27,16 +27,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch import nn
+from plain import plain_model, plain_step
 
 from rankitect.config import TrainConfig, load_config
 from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
-from rankitect.space import build_model
 from rankitect.space.baselines import get_baseline
 from rankitect.train.loop import train_architecture
-from rankitect.train.optim import RowWiseAdagrad
-from rankitect.train.task import split_parameters
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MODELS = ("deepfm", "dcnv2", "dlrm")
@@ -51,22 +48,12 @@ def open_set(name: str, rows: int):
 def plain_twin(arch, data, cfg: TrainConfig, *, fixed_steps: int | None = None) -> dict[str, float]:
     """A plain loop: epochs, validation NE after each, stop after ``patience`` epochs without a
     better one, best weights back; with ``fixed_steps``: that many steps and the last weights."""
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed)
-        model = build_model(arch, data.spec)
-    sparse, dense = split_parameters(model)
-    opts = [RowWiseAdagrad(sparse, lr=cfg.lr_sparse), torch.optim.Adam(dense, lr=cfg.lr_dense)]
-    loss_fn = nn.BCEWithLogitsLoss()
+    model, opts = plain_model(arch, data, cfg)
     val = lambda: data.split("val").batches(cfg.batch_size, shuffle=False)  # noqa: E731
     best, best_state, bad, step = math.inf, None, 0, 0
     for epoch in range(cfg.max_epochs if fixed_steps is None else 10**6):
         for batch in data.split("train").batches(cfg.batch_size, shuffle=True, seed=cfg.seed + epoch):
-            loss = loss_fn(model(batch), batch.labels)
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            loss.backward()
-            for o in opts:
-                o.step()
+            plain_step(model, opts, batch)
             step += 1
             if fixed_steps is not None and step >= fixed_steps:
                 break

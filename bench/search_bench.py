@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch import nn
+from plain import plain_model, plain_step
 
 from rankitect.config import load_config
 from rankitect.data import open_data
@@ -34,36 +34,23 @@ from rankitect.search.base import TrialResult
 from rankitect.search.runner import SearchRunner
 from rankitect.search.pruning import Rungs
 from rankitect.search.trial import run_trial
-from rankitect.space import build_model, cost
+from rankitect.space import cost
 from rankitect.space.baselines import get_baseline
 from rankitect.track import Tracker
 from rankitect.train.loop import BatchStream, score
 from rankitect.train.protocol import Schedule
-from rankitect.train.optim import RowWiseAdagrad
-from rankitect.train.task import split_parameters
 
 
 def bare_trial(arch, data, cfg) -> dict[str, float]:
     """Train with a plain loop (same optimizers, batches and validations as the protocol's
     schedule, best state kept and restored), then test: the difference is what Lightning, the
     rung study and MLflow add."""
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed)
-        model = build_model(arch, data.spec)
-    sparse, dense = split_parameters(model)
-    opts = [RowWiseAdagrad(sparse, lr=cfg.lr_sparse), torch.optim.Adam(dense, lr=cfg.lr_dense)]
-    loss_fn = nn.BCEWithLogitsLoss()
-    plan = Schedule.of(cfg, len(data.split("train")), len(data.split("val")))
+    model, opts = plain_model(arch, data, cfg)
+    plan = Schedule.for_data(cfg, data)
     stream = iter(BatchStream(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True))
     best, state = float("inf"), None
     for step in range(1, plan.total_steps + 1):
-        batch = next(stream)
-        loss = loss_fn(model(batch), batch.labels)
-        for o in opts:
-            o.zero_grad(set_to_none=True)
-        loss.backward()
-        for o in opts:
-            o.step()
+        plain_step(model, opts, next(stream))
         if step % plan.interval == 0 or step % plan.epoch_steps == 0 or step == plan.total_steps:
             ne = evaluate(model, data.split("val").batches(cfg.batch_size, shuffle=False), cfg.val_batches)["ne"]
             if ne < best:

@@ -90,7 +90,7 @@ class SearchRunner:
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
-        check_warmup(cfg.train, Schedule.of(cfg.train, len(self.data.split("train")), len(self.data.split("val"))).total_steps)
+        check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = get_space(cfg.search.space, use_dense=self.data.spec.n_dense > 0, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy = self._make_strategy()

@@ -178,9 +178,8 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     # the supernet is kept, and a candidate can start fine-tuning from the weights cut out of it
     files = client.list_artifacts(supernet.info.run_id, "supernet")
     assert {"supernet/state_dict.pt", "supernet/space.json", "supernet/feature_spec.json"} <= {f.path for f in files}
-    code = main(["finetune", parent, "--from-supernet", "--steps", "2", f"data.source={learnable_source()}",
-                 "train.batch_size=64",
-                 "train.val_every=2", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
+    code = main(["finetune", parent, "--from-supernet", "--steps", "32", f"data.source={learnable_source()}",
+                 "train.batch_size=64", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
                  "runtime.threads=1"])
     assert code == 0
     new = capsys.readouterr().out.split("MLflow run: ")[1].split()[0]
