@@ -46,7 +46,7 @@ def bare_trial(arch, data, cfg) -> dict[str, float]:
     schedule, best state kept and restored), then test: the difference is what Lightning, the
     rung study and MLflow add."""
     model, opts = plain_model(arch, data, cfg)
-    plan = Schedule.of(cfg, len(data.split("train")), len(data.split("val")))
+    plan = Schedule.for_data(cfg, data)
     stream = iter(BatchStream(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True))
     best, state = float("inf"), None
     for step in range(1, plan.total_steps + 1):

@@ -1,8 +1,10 @@
 """The ``rankitect`` command line.
 
-Every subcommand takes ``-c/--config FILE`` (YAML) and trailing ``key=value`` overrides, e.g.
-``rankitect search --strategy evolution search.trials=8 train.steps=200``. Flags are shorthands for
-overrides. User errors (a bad file, key or value) print one line and exit with status 2.
+Every subcommand takes ``-c/--config FILE`` (YAML) and ``key=value`` overrides anywhere on the
+line, e.g. ``rankitect search --strategy evolution search.trials=8 train.steps=200`` or
+``rankitect runs track.uri=sqlite:///runs/mlflow.db RUN_ID``. Flags are shorthands for overrides.
+``-v`` shows third-party INFO logs and warnings. User errors (a bad file, key or value) print one
+line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -10,15 +12,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from rankitect.cli_models import cmd_export, cmd_finetune, cmd_probe, cmd_train, set_threads
+from rankitect.cli_output import set_verbosity
 from rankitect.config import Config, load_config
 from rankitect.errors import UserError
+from rankitect.track.store import serve_ui, store_args
 
 Handler = Callable[[argparse.Namespace, Config], int]
+# A config override: a dotted key (``data.rows``), then ``=``. Told apart from positional arguments
+# (run ids, files) before argparse sees the line, so an override may stand anywhere.
+OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+=")
+VERBOSE = ("-v", "--verbose")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -77,6 +86,7 @@ def _print_description(desc: dict[str, Any]) -> None:
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
+    from rankitect.search.progress import SearchProgress
     from rankitect.search.runner import SearchRunner, runner_class
 
     set_threads(cfg)
@@ -88,10 +98,35 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     else:
         runner = runner_class(cfg.search.strategy)(cfg)
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
-          f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}")
-    outcome = runner.run()
+          f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}",
+          flush=True)
+    budget = getattr(runner, "budget", None)
+    progress = SearchProgress(runner.trial_budget(), time_budget=None if budget is None else budget.seconds,
+                              done=len(runner.state.trials), elapsed=0.0 if budget is None else budget.spent())
+    runner.watch(progress)
+    try:
+        outcome = runner.run()
+    finally:
+        progress.close()
     _print_outcome(outcome, runner)
+    _log_winner_model(runner, outcome)
     return 0
+
+
+def _log_winner_model(runner: Any, outcome: Any) -> None:
+    """Log the winner as an MLflow pyfunc taking raw feature columns (its export directory)."""
+    import tempfile
+
+    from rankitect.export import export_from_files
+
+    if outcome.best is None or not runner.owner:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        files = runner.tracker.fetch_model_files(outcome.parent_run_id, f"{tmp}/files")
+        export_from_files(files.genotype, files.spec, files.weights, f"{tmp}/export", data=runner.data)
+        uri = runner.tracker.log_raw_rows_model(files.run_id, f"{tmp}/export")
+    print(f"winner logged as an MLflow model of run {files.run_id}: mlflow.pyfunc.load_model({uri!r}) "
+          "scores a DataFrame of raw feature columns")
 
 
 def _print_outcome(outcome: Any, runner: Any) -> None:
@@ -107,9 +142,7 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
         print(f"found {outcome.best.hash}: test NE {row['test_ne']:.4f}, test AUC {row['test_auc']:.4f}, "
               f"{row['mflops']:.3f} MFLOPs per example")
     if outcome.best is not None:
-        print(f"best architecture {outcome.best.hash}:")
-        print(outcome.best.to_json(indent=2))
-        print(f"written to {outcome.out_dir / 'best_genotype.json'}")
+        print(f"best genotype: {outcome.out_dir / 'best_genotype.json'}")
     from rankitect.eval.pareto import verdict
 
     print(verdict(outcome.table))
@@ -117,18 +150,20 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
         spent = outcome.spending
         parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
         print(f"time: {spent['total'] / 60:.1f} min ({parts} min)")
-    print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}; rankitect ui)")
+    store = store_args(runner.tracker.uri)
+    print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}{store}; "
+          f"rankitect export {outcome.parent_run_id} -o winner/{store}; rankitect ui{store})")
 
 
 def cmd_runs(args: argparse.Namespace, cfg: Config) -> int:
     import pandas as pd
 
-    from rankitect.track import Tracker
+    from rankitect.cli_models import open_tracker
 
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    tracker = open_tracker(cfg)
     table = tracker.runs_table(args.run_id) if args.run_id else tracker.searches_table()
     if not len(table):
-        print("no runs" + (f" under {args.run_id}" if args.run_id else f" in {tracker.uri}"))
+        print("no runs" + (f" under {args.run_id}" if args.run_id else "") + f" in {tracker.uri}")
         return 0
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=[c for c in ("parent_id", "error") if c in table]).to_string(index=False))
@@ -144,10 +179,10 @@ def cmd_ui(args: argparse.Namespace, cfg: Config) -> int:
     # One worker and no background job runners: a local UI starts in about a second and stops
     # cleanly on Ctrl-C (the defaults start a dozen processes that outlive SIGTERM).
     env = {"MLFLOW_WORKERS": "1", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    experiment = Tracker(cfg.track.uri, cfg.track.experiment).experiment_id
+    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     print(f"MLflow UI for {resolve_uri(cfg.track.uri)}: searches and their candidates at "
-          f"http://{args.host}:{args.port}/#/experiments/{experiment}/runs (Ctrl-C stops it)")
-    return subprocess.call(argv, env=env)
+          f"http://{args.host}:{args.port}/{tracker.runs_view_path()} (Ctrl-C stops it)", flush=True)
+    return serve_ui(argv, env)
 
 
 # --- parser -------------------------------------------------------------------------------------
@@ -157,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rankitect", description="Neural architecture search for ranking (CTR) models."
     )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show third-party INFO logs and warnings (MLflow, Lightning, torch); anywhere on the line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     search = sub.add_parser("search", help="search architectures (NE vs FLOPs), tracked in MLflow")
@@ -237,17 +274,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _explicit_keys(path: str | None, overrides: list[str]) -> set[str]:
+    """The dotted config keys a user set (in ``-c FILE`` or as overrides), not left at their default."""
+    from rankitect.config import _read_yaml, flatten
+
+    keys = {o.partition("=")[0].strip() for o in overrides}
+    return keys | (set(flatten(_read_yaml(path))) if path else set())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    # key=value overrides may stand anywhere, also after flags: collect what argparse leaves over
-    args, rest = parser.parse_known_args(argv)
-    stray = [a for a in rest if a.startswith("-") or "=" not in a]
-    if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
-    args.overrides = list(getattr(args, "overrides", [])) + rest
+    argv = list(sys.argv[1:] if argv is None else argv)
+    set_verbosity(any(a in VERBOSE for a in argv))
+    # key=value overrides may stand anywhere (before a run id, after flags): taken out first
+    overrides = [a for a in argv if OVERRIDE.match(a)]
+    args, rest = parser.parse_known_args([a for a in argv if not OVERRIDE.match(a) and a not in VERBOSE])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.overrides = list(getattr(args, "overrides", [])) + overrides
     try:
         overrides = _flag_overrides(args, args.flags) + list(args.overrides)
         cfg = load_config(args.config, overrides)
+        args.explicit = _explicit_keys(args.config, overrides)
         return int(args.handler(args, cfg) or 0)
     except UserError as e:
         print(f"rankitect: error: {e}", file=sys.stderr)

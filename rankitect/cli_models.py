@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import time
 from pathlib import Path
 from typing import Any
 
-from rankitect.config import Config
+from rankitect.config import Config, DataConfig, config_from_dict, flatten, to_dict
 from rankitect.errors import UserError
+
+# Data settings that decide what a model sees (``cache_dir`` only says where the cache lives).
+DATA_KEYS = tuple(k for k in DataConfig.__dataclass_fields__ if k != "cache_dir")
 
 
 def set_threads(cfg: Config) -> None:
@@ -21,12 +25,64 @@ def set_threads(cfg: Config) -> None:
         torch.set_num_threads(cfg.runtime.threads)
 
 
+def open_tracker(cfg: Config) -> Any:
+    """The tracker of ``cfg.track``; a SQLite store that does not exist is an error naming it
+    (reading commands never create an empty store)."""
+    from rankitect.track import Tracker, resolve_uri
+    from rankitect.track.store import store_exists
+
+    uri = resolve_uri(cfg.track.uri)
+    if not store_exists(uri):
+        raise UserError(f"no run store at {uri} (name one with track.uri=... or $MLFLOW_TRACKING_URI)")
+    return Tracker(uri, cfg.track.experiment)
+
+
+def data_params(cfg: Config) -> dict[str, str]:
+    """The data settings of ``cfg`` as the run parameters ``data.*`` (what finetune and probe read back)."""
+    return {f"data.{k}": str(v) for k, v in flatten(to_dict(cfg.data)).items()}
+
+
+def logged_data_config(tracker: Any, run_id: str) -> tuple[DataConfig | None, str]:
+    """The data settings logged on ``run_id`` or, for a candidate, on its search; ``None`` when the
+    run predates their logging. Also returns the id of the run that holds them."""
+    from rankitect.track.mlflow_tracker import PARENT
+
+    run = tracker.get_run(run_id)
+    holder = run
+    while not any(k.startswith("data.") for k in holder.data.params) and holder.data.tags.get(PARENT):
+        holder = tracker.get_run(holder.data.tags[PARENT])
+    logged = {k[len("data."):]: v for k, v in holder.data.params.items() if k.startswith("data.")}
+    if not logged:
+        return None, run.info.run_id
+    raw = {k: None if v == "None" else v for k, v in logged.items() if k in DataConfig.__dataclass_fields__}
+    overrides = [f"data.{k}={'' if v is None else v}" for k, v in raw.items()]
+    return config_from_dict({}, overrides).data, holder.info.run_id
+
+
+def data_of_run(args: argparse.Namespace, cfg: Config, tracker: Any, run_id: str, what: str) -> DataConfig:
+    """The data a command on ``run_id`` uses: the settings logged on the run. A ``data.*`` setting
+    given on the command line (or in ``-c FILE``) that differs is an error naming both values."""
+    logged, holder = logged_data_config(tracker, run_id)
+    if logged is None:
+        print(f"note: run {run_id} logged no data settings; using data.source={cfg.data.source}")
+        return cfg.data
+    explicit = getattr(args, "explicit", set())
+    for key in DATA_KEYS:
+        given, used = getattr(cfg.data, key), getattr(logged, key)
+        if f"data.{key}" in explicit and given != used:
+            raise UserError(f"{what} {run_id}: data.{key}={given} was given, but run {holder} was trained "
+                            f"with data.{key}={used} (leave data.{key} out to use the run's data)")
+    cache_dir = cfg.data.cache_dir if "data.cache_dir" in explicit else logged.cache_dir
+    return DataConfig(**{**{k: getattr(logged, k) for k in DATA_KEYS}, "cache_dir": cache_dir})
+
+
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.data import open_data
     from rankitect.search.base import TrialResult
     from rankitect.space.flops import cost
     from rankitect.track import Tracker
     from rankitect.train.loop import train_architecture
+    from rankitect.train.task import TrialDiverged
 
     set_threads(cfg)
     if cfg.runtime.sharding == "torchrec":
@@ -34,15 +90,23 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     data = open_data(cfg.data.source, cfg.data, progress=True)
     arch = _load_arch(args.arch, data.spec)
     c = cost(arch, data.spec)
-    print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {cfg.train.steps} steps")
-    out = train_architecture(arch, data, cfg.train, runtime=cfg.runtime)
+    budget = f"at most {cfg.train.steps} steps" if cfg.train.steps else f"at most {cfg.train.max_epochs} epochs"
+    print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {budget}")
+    try:
+        out = train_architecture(arch, data, cfg.train, runtime=cfg.runtime)
+    except TrialDiverged as e:
+        raise UserError(f"training {arch.hash} failed: {e}") from None
     result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"})
+    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"}, params=data_params(cfg),
+                               start_time=time.time() - out.train_seconds)
     _attach_weights(tracker, run_id, out.model, data.spec)
     for k, v in sorted(out.metrics.items()):
         print(f"{k:18s} {v:.4f}")
-    print(f"MLflow run: {run_id}")
+    from rankitect.track.store import store_args
+
+    store = store_args(tracker.uri)
+    print(f"MLflow run: {run_id}  (rankitect export {run_id} -o DIR{store}; rankitect finetune {run_id}{store})")
     return 0
 
 
@@ -78,7 +142,8 @@ def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
     result = TrialResult.from_metrics(metrics, mflops=c.mflops, params=c.params, train_seconds=seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
     run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
-                                                    "rankitect.world_size": str(env.world_size)})
+                                                    "rankitect.world_size": str(env.world_size)},
+                               params=data_params(cfg), start_time=time.time() - seconds)
     _log_loss_curve(tracker, run_id, losses)
     print(f"train/loss first {losses[0]:.4f} last {losses[-1]:.4f} ({steps} steps)")
     for k, v in sorted(metrics.items()):
@@ -88,8 +153,6 @@ def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _log_loss_curve(tracker: Any, run_id: str, losses: list[float]) -> None:
-    import time
-
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
@@ -130,31 +193,37 @@ def _load_arch(ref: str, spec: Any) -> Any:
 def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
     import tempfile
 
+    from rankitect.data import open_data
     from rankitect.export import export_from_files
-    from rankitect.track import Tracker
 
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    tracker = open_tracker(cfg)
+    data_cfg = data_of_run(args, cfg, tracker, args.run_id, "export")
+    data = open_data(data_cfg.source, data_cfg, progress=True)
     with tempfile.TemporaryDirectory() as tmp:
         files = tracker.fetch_model_files(args.run_id, tmp)
-        out = export_from_files(files.genotype, files.spec, files.weights, args.output)
-    print(f"exported run {files.run_id} to {out} (model.py imports only torch: load(directory) gives the module)")
+        out = export_from_files(files.genotype, files.spec, files.weights, args.output, data=data)
+    print(f"exported run {files.run_id} to {out}: model.py imports only torch; load(directory) gives the "
+          "module, load_scorer(directory) scores raw rows")
     return 0
 
 
 def cmd_finetune(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.data import open_data
     from rankitect.export.finetune import finetune
-    from rankitect.track import Tracker
+    from rankitect.track.store import store_args
 
     set_threads(cfg)
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
+    tracker = open_tracker(cfg)
+    cfg.data = data_of_run(args, cfg, tracker, args.run_id, "finetune")
     data = open_data(cfg.data.source, cfg.data, progress=True)
     outcome = finetune(tracker, args.run_id, data, cfg.train, from_scratch=args.from_scratch,
-                       from_supernet=args.from_supernet, runtime=cfg.runtime)
+                       from_supernet=args.from_supernet, runtime=cfg.runtime, params=data_params(cfg))
     print(f"{'metric':18s} {'before':>8s} {'after':>8s}")
-    for k in ("test/ne", "test/auc", "test/logloss", "val/ne"):
+    for k in ("val/ne", "test/ne", "test/auc", "test/logloss"):
         print(f"{k:18s} {outcome.before[k]:8.4f} {outcome.after[k]:8.4f}")
-    print(f"MLflow run: {outcome.run_id} (fine-tuned from {outcome.source_run_id})")
+    print(outcome.verdict())
+    print(f"MLflow run: {outcome.run_id} (nested under {outcome.source_run_id}; "
+          f"rankitect export {outcome.run_id} -o DIR{store_args(tracker.uri)})")
     return 0
 
 
@@ -165,8 +234,11 @@ def cmd_probe(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.train.fp8 import probe_model
 
     set_threads(cfg)
+    tracker = None if _is_genotype(args.target) else open_tracker(cfg)
+    if tracker is not None:
+        cfg.data = data_of_run(args, cfg, tracker, args.target, "probe")
     data = open_data(cfg.data.source, cfg.data, progress=True)
-    model, what = _probe_target(args, cfg, data)
+    model, what = _probe_target(args, cfg, data, tracker)
     batches = data.split("train").batches(cfg.train.batch_size, shuffle=True, seed=cfg.train.seed)
     report = probe_model(model, islice(batches, args.batches), threshold=cfg.runtime.fp8_threshold,
                          scaling=cfg.runtime.fp8_scaling)
@@ -177,7 +249,11 @@ def cmd_probe(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-def _probe_target(args: argparse.Namespace, cfg: Config, data: Any) -> tuple[Any, str]:
+def _is_genotype(target: str) -> bool:
+    return target.startswith("baseline:") or target.endswith(".json") or Path(target).is_file()
+
+
+def _probe_target(args: argparse.Namespace, cfg: Config, data: Any, tracker: Any) -> tuple[Any, str]:
     """The model to probe: a genotype file or baseline (random init, or ``--steps`` of training
     first), else a tracked run's trained weights."""
     import tempfile
@@ -187,7 +263,7 @@ def _probe_target(args: argparse.Namespace, cfg: Config, data: Any) -> tuple[Any
     from rankitect.space import build_model
 
     target = args.target
-    if target.startswith("baseline:") or target.endswith(".json") or Path(target).is_file():
+    if tracker is None:
         arch = _load_arch(target, data.spec)
         if args.steps:
             from dataclasses import replace
@@ -202,10 +278,9 @@ def _probe_target(args: argparse.Namespace, cfg: Config, data: Any) -> tuple[Any
     from rankitect.data.spec import FeatureSpec
     from rankitect.export.finetune import check_same_features
     from rankitect.space.architecture import Architecture
-    from rankitect.track import Tracker
 
     with tempfile.TemporaryDirectory() as tmp:
-        files = Tracker(cfg.track.uri, cfg.track.experiment).fetch_model_files(target, tmp)
+        files = tracker.fetch_model_files(target, tmp)
         check_same_features(FeatureSpec.load(files.spec), data.spec, f"probe {target}")
         model = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
         model.load_state_dict(torch.load(files.weights, weights_only=True))

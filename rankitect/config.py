@@ -32,12 +32,12 @@ class DataConfig:
     """Where the click data comes from. ``source``: ``synthetic``, a Criteo TSV, a CSV/parquet
     file (with ``schema``), or a cache directory written earlier."""
 
-    source: str = "synthetic"
+    source: str = "synthetic"  # synthetic | a Criteo TSV | a CSV/parquet file (with schema) | a cache dir
     rows: int = 200_000  # synthetic only (rankitect.data.synthetic.DEFAULT_ROWS)
     seed: int = 0  # synthetic only
     schema: str | None = None  # CSV / parquet only
     vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)
-    cache_dir: str | None = None
+    cache_dir: str | None = None  # default: $RANKITECT_DATA_DIR, else ~/.cache/rankitect/data
 
 
 @dataclass
@@ -50,23 +50,25 @@ class TrainConfig:
     better validation NE, and restores the best validated weights before the test.
     """
 
-    max_epochs: int = 20
+    max_epochs: int = 20  # passes over the training split at most
     steps: int | None = None  # optional cap on training steps (batches); None: max_epochs decides
     patience: int = 2  # validations without a better validation NE before stopping; 0 = never stop early
-    batch_size: int = 512
-    lr_dense: float = 1e-3
-    lr_sparse: float = 0.05
-    weight_decay: float = 0.0
+    batch_size: int = 512  # rows per training, validation and test batch
+    lr_dense: float = 1e-3  # Adam, dense parameters
+    lr_sparse: float = 0.05  # row-wise Adagrad, embedding tables
+    weight_decay: float = 0.0  # of the dense parameters
     val_every: int = 0  # training steps between validations; 0 = every epoch (more often on large data)
     val_batches: int = 0  # 0 = the whole validation split
     test_batches: int = 0  # 0 = the whole test split
     warmup_steps: int = 0  # validation NE above 1 ends training only from this step on (NaN: any step)
     seed: int = 0
-    progress: bool = True
+    progress: bool = True  # a progress bar while training (search trials: one bar for the search)
 
 
 @dataclass
 class EvolutionConfig:
+    """The ``evolution`` strategy: regularized (aging) evolution, the first ``population`` trials random."""
+
     population: int = 8  # of the default 16 trials: 8 random, then 8 mutated children
     sample_size: int = 4
 
@@ -106,22 +108,22 @@ class DnasConfig:
 class SearchConfig:
     """What to search, how, and how candidates are ranked."""
 
-    strategy: str = "evolution"
+    strategy: str = "evolution"  # random | evolution | tpe | nsga2 | oneshot | dnas
     space: str = "engineer"  # holds the six baselines; nasrec | engineer | nasrec_full (NASRec-Full's menus)
     flops_range: Literal["auto"] | list[float] | None = "auto"  # menus sized to [low, high] MFLOPs; null: preset's
     rocs: bool = False  # only architectures whose field mixing is ROCS-masked (request side once per request)
-    trials: int = 16
+    trials: int = 16  # candidates to train (a pruned one gives its slot back)
     seed: int = 0
     target_mflops: float | Literal["auto"] | None = "auto"  # auto: the best baseline's FLOPs; null: NE alone
     time_budget: str | float | None = None  # wall clock of the whole search, e.g. "90m", "4h", "3600" (seconds); None: trials decide
     pruning: Literal["asha", "none"] = "asha"  # stop unpromising candidates early (asynchronous successive halving)
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
     pruning_min_validations: int = 1  # validations before a candidate may first be pruned (rungs at this x reduction^k)
-    penalty: Literal["absolute", "relaxed"] = "relaxed"
-    penalty_weight: float = 0.01  # relative NE cost per doubling of FLOPs beyond the target
-    workers: int = 1
-    storage: str | None = None
-    study_name: str | None = None
+    penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|
+    penalty_weight: float = 0.01  # w: relative NE cost per doubling of FLOPs beyond the target
+    workers: int = 1  # local worker processes training candidates
+    storage: str | None = None  # Optuna RDB URL shared by several search processes (SQLite, PostgreSQL)
+    study_name: str | None = None  # the study in storage
     output_dir: str | None = None  # checkpoint, Pareto table, best genotype; default: beside the store
     keep_top_k: int = 3  # candidates whose trained weights are kept as MLflow artifacts (baselines: all)
     baselines: list[str] = field(default_factory=lambda: ["dlrm", "dcnv2", "deepfm", "autoint", "wukong", "dhen"])
@@ -132,19 +134,23 @@ class SearchConfig:
 
 @dataclass
 class TrackConfig:
+    """Where searches and models are tracked (MLflow)."""
+
     uri: str | None = None  # default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db
-    experiment: str = "rankitect"
+    experiment: str = "rankitect"  # MLflow experiment name
 
 
 @dataclass
 class RuntimeConfig:
-    device: str = "cpu"
+    """How models train on this machine: device, compilation, precision, sharding, threads."""
+
+    device: str = "cpu"  # cpu | cuda | cuda:N
     compile: bool = False  # torch.compile the training forward (pays off over thousands of steps)
     compile_fusion: bool = True  # with compile: Inductor's Optimus batch-fusion passes
     precision: Literal["fp32", "bf16", "fp8"] = "fp32"  # bf16: autocast (Lightning bf16-mixed); fp8: safe layers
     fp8_threshold: float = 0.1  # fp8: a linear goes FP8 if the probe's relative output error is at most this
-    fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"
-    sharding: Literal["none", "torchrec"] = "none"
+    fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"  # fp8: scaling granularity of the casts
+    sharding: Literal["none", "torchrec"] = "none"  # torchrec: shard embedding tables under torchrun
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     memory_budget: float | None = None  # GB a supernet (weights, optimizer state) may take; null: half the RAM
 

@@ -27,7 +27,9 @@ split is chosen by the hash of its ``request_id`` value. Request-side columns mu
 within a request. Without ``request_id`` every row is its own request.
 
 The file is read whole into one pandas frame (arrays are then streamed to disk in chunks); the
-result is cached under a key of the file (path, size, mtime) and the schema's text.
+result is cached under a key of the file (path, size, mtime) and the schema's text. With
+``vocab: train`` each column's kept value hashes are saved as ``vocab/<column>.npy`` (uint64, id
+order: the first has id 2), so an export can map raw values to the same ids.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root
 from rankitect.data.vocab import VocabCounter
 from rankitect.errors import DataError
 
-READER_VERSION = 2  # 2: dense columns log1p-transformed by default
+READER_VERSION = 3  # 2: dense columns log1p-transformed by default; 3: vocabularies saved beside the arrays
 SCHEMA_KEYS = ("label", "dense", "dense_transform", "sparse", "request", "request_id", "vocab", "vocab_size",
                "min_count", "fractions", "split_seed", "name")
 DENSE_TRANSFORMS = ("log1p", "none")
@@ -176,8 +178,11 @@ def _requests(df: pd.DataFrame, s: dict[str, Any]) -> tuple[np.ndarray, np.ndarr
     return np.argsort(codes, kind="stable"), codes.astype(np.int64), split_of_request[codes]
 
 
-def _sparse_ids(df: pd.DataFrame, s: dict[str, Any], train: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Ids ``(n, n_sparse)`` and the vocabulary size of each sparse column."""
+def _sparse_ids(
+    df: pd.DataFrame, s: dict[str, Any], train: np.ndarray, vocabs: dict[str, np.ndarray]
+) -> tuple[np.ndarray, list[int]]:
+    """Ids ``(n, n_sparse)`` and the vocabulary size of each sparse column; ``vocabs`` receives
+    each counted vocabulary's kept hashes in id order."""
     ids = np.zeros((len(df), len(s["sparse"])), dtype=np.int64)
     sizes = []
     for j, col in enumerate(s["sparse"]):
@@ -190,6 +195,7 @@ def _sparse_ids(df: pd.DataFrame, s: dict[str, Any], train: np.ndarray) -> tuple
             counter.update(h[train & ~missing])
             vocab = counter.build(s["min_count"], s["vocab_size"])
             col_ids, size = vocab.lookup(h), vocab.size
+            vocabs[col] = vocab.sorted[np.argsort(vocab.ids, kind="stable")]
         ids[:, j] = np.where(missing, 0, col_ids)
         sizes.append(int(size))
     return ids, sizes
@@ -252,7 +258,8 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
     if s["dense_transform"] == "log1p":  # heavy-tailed counts and amounts (as the Criteo reader does)
         dense = dense_log1p(dense)
     order, rid, codes = _requests(df, s)
-    ids, sizes = _sparse_ids(df, s, codes == 0)
+    vocabs: dict[str, np.ndarray] = {}
+    ids, sizes = _sparse_ids(df, s, codes == 0, vocabs)
     columns = {c: dense[:, j] for j, c in enumerate(s["dense"])} | {c: ids[:, j] for j, c in enumerate(s["sparse"])}
     _check_request_side(s, order, rid, columns, p)
     side = lambda c: "request" if c in s["request"] else "candidate"  # noqa: E731
@@ -264,4 +271,8 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
         for i in range(0, len(order), _WRITE_CHUNK):
             o = order[i:i + _WRITE_CHUNK]
             w.write_routed(codes[o], dense[o], ids[o], labels[o], rid[o])
+        if vocabs:
+            (w.tmp / "vocab").mkdir()
+            for col, hashes in vocabs.items():
+                np.save(w.tmp / "vocab" / f"{col}.npy", hashes)
         return w.close(meta)

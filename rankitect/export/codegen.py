@@ -23,14 +23,21 @@ from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
 from rankitect.export.templates import HEADER, bundle
 from rankitect.space.architecture import Architecture
 
-ALLOWED_IMPORTS = ("math", "typing", "torch")
-FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "open", "globals", "locals", "breakpoint"})
+ALLOWED_IMPORTS = ("json", "math", "typing", "torch")
+# ``open`` is allowed: the bundled serving code reads the weights and preprocess.json files.
+FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals", "breakpoint"})
 LOAD_SOURCE = '''def load(directory: str) -> ExportedModel:
-    """The model with the weights of ``directory/weights.pt`` (a state dict, read with weights_only)."""
+    """The model with the weights of ``directory/model.safetensors`` (read without the safetensors package)."""
     model = ExportedModel()
-    state = torch.load(str(directory) + "/weights.pt", map_location="cpu", weights_only=True)
-    model.load_state_dict(state)
-    return model.eval()'''
+    model.load_state_dict(read_safetensors(str(directory) + "/model.safetensors"))
+    return model.eval()
+
+
+def load_scorer(directory: str) -> RowScorer:
+    """The model of ``directory`` behind its feature preprocessing (``preprocess.json``): scores raw
+    rows, ``load_scorer(d)([{"price": 3.5, "city": "Lyon"}])`` -> click probabilities ``(B,)``."""
+    with open(str(directory) + "/preprocess.json") as f:
+        return RowScorer(load(directory), json.load(f))'''
 
 
 def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
@@ -48,7 +55,8 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     ['x0 = self.blocks[0](*self.adapters[0]([dense]))  # mlp -> (B, 8)']
     """
     plan = make_plan(arch, spec)
-    roots = ["flat", "cat_request", "InputAdapter", "Head", *(g.cls for g in plan.genes)]
+    roots = ["flat", "cat_request", "InputAdapter", "Head", "RowScorer", "read_safetensors",
+             *(g.cls for g in plan.genes)]
     if plan.uses_sparse:
         roots.append("SparseEmbedding")
     body = "\n\n\n".join([bundle(sorted(set(roots))), _model_class(plan), LOAD_SOURCE])
@@ -58,7 +66,7 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
 
 
 def audit_source(source: str) -> None:
-    """Raise ``ValueError`` unless ``source`` parses and imports only ``torch``, ``math`` and ``typing``."""
+    """Raise ``ValueError`` unless ``source`` parses and imports only ``torch``, ``json``, ``math`` and ``typing``."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -77,10 +85,11 @@ def audit_source(source: str) -> None:
 def _module_docstring(plan: ExportPlan) -> str:
     return (
         f'"""Standalone ranking model exported by rankitect: architecture {plan.arch_hash}.\n\n'
-        "Needs only PyTorch. ``load(directory)`` builds :class:`ExportedModel` and reads ``weights.pt``;\n"
+        "Needs only PyTorch. ``load(directory)`` builds :class:`ExportedModel` and reads ``model.safetensors``;\n"
         f"``model(dense, sparse_ids)`` takes dense ``(B, {plan.n_dense})`` float32 and sparse ids\n"
         f"``(B, {plan.n_sparse})`` int64, both in the feature spec's storage order (``feature_spec.json``),\n"
-        'and returns logits ``(B,)``.\n"""\n'
+        'and returns logits ``(B,)``. ``load_scorer(directory)`` scores raw rows (dicts of column -> value)\n'
+        'with the feature preprocessing of ``preprocess.json``; unseen categorical values get the OOV id.\n"""\n'
     )
 
 

@@ -1,12 +1,13 @@
-"""Write a model as a standalone directory: ``model.py`` (PyTorch only), weights, genotype, spec.
+"""Write a model as a standalone directory: ``model.py`` (PyTorch only), weights, preprocessing.
 
 The directory holds
 
 * ``model.py``: the source of :func:`~rankitect.export.codegen.generate_source`, with
-  ``load(directory) -> ExportedModel``;
-* ``weights.pt``: the primary weights, a ``torch.save``-d state dict of tensors that ``load`` reads
-  with ``torch.load(..., weights_only=True)``, so ``model.py`` needs nothing but torch;
-* ``model.safetensors``: the same tensors for tools that read safetensors;
+  ``load(directory) -> ExportedModel`` and ``load_scorer(directory)`` (raw rows in, probabilities out);
+* ``model.safetensors``: the one weights file, which ``model.py`` reads without the safetensors
+  package (so it needs nothing but torch);
+* ``preprocess.json``: how a raw row becomes the model's inputs (vocabularies or hashing, dense
+  transforms; :mod:`rankitect.export.preprocess`), when the data set is given;
 * ``genotype.json`` and ``feature_spec.json``: the architecture and the data it expects.
 
 ``rankitect export RUN_ID -o DIR`` is one call to :func:`export_from_files`.
@@ -25,14 +26,16 @@ from safetensors.torch import load_file, save_file
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
+from rankitect.data.store import ClickData
 from rankitect.export.codegen import generate_source
+from rankitect.export.preprocess import preprocessing
 from rankitect.space.architecture import Architecture
 from rankitect.space.builder import RankingModel, build_model
 
 EMBEDDING_PREFIX = "embedding.ebc.embedding_bags."
 # What a damaged or foreign weights file raises from torch.load / safetensors.
 READ_ERRORS = (OSError, RuntimeError, ValueError, EOFError, IndexError, pickle.UnpicklingError, SafetensorError)
-FILES = ("model.py", "weights.pt", "model.safetensors", "genotype.json", "feature_spec.json")
+FILES = ("model.py", "model.safetensors", "preprocess.json", "genotype.json", "feature_spec.json")
 
 
 def convert_state_dict(model_state: Mapping[str, torch.Tensor], spec: FeatureSpec) -> dict[str, torch.Tensor]:
@@ -61,11 +64,14 @@ def convert_state_dict(model_state: Mapping[str, torch.Tensor], spec: FeatureSpe
     return out
 
 
-def export_model(model: RankingModel, arch: Architecture, spec: FeatureSpec, out_dir: str | Path) -> Path:
+def export_model(
+    model: RankingModel, arch: Architecture, spec: FeatureSpec, out_dir: str | Path, *, data: ClickData | None = None
+) -> Path:
     """Write ``model`` (built from ``arch`` and ``spec``) as a standalone directory; returns it.
 
-    The files are listed in the module docstring; an existing directory is written into (files of
-    the same names are replaced).
+    The files are listed in the module docstring (``preprocess.json`` only with ``data``, the data
+    set the model was trained on); an existing directory is written into (files of the same names
+    are replaced, a ``weights.pt`` of an older export removed).
     """
     if not isinstance(model, RankingModel):
         raise ValueError(f"expected a RankingModel, got {type(model).__name__}")
@@ -78,8 +84,12 @@ def export_model(model: RankingModel, arch: Architecture, spec: FeatureSpec, out
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.py").write_text(source)
-    torch.save(state, out / "weights.pt")
+    (out / "weights.pt").unlink(missing_ok=True)
     save_file(state, str(out / "model.safetensors"), metadata={"architecture": arch.hash})
+    if data is not None:
+        if data.spec != spec:
+            raise ValueError("the data set's feature spec differs from the model's")
+        (out / "preprocess.json").write_text(json.dumps(preprocessing(data)) + "\n")
     (out / "genotype.json").write_text(arch.to_json(indent=2) + "\n")
     spec.save(out / "feature_spec.json")
     return out
@@ -109,9 +119,11 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def export_from_files(
-    genotype_json_path: str | Path, spec_json_path: str | Path, state_dict_path: str | Path, out_dir: str | Path
+    genotype_json_path: str | Path, spec_json_path: str | Path, state_dict_path: str | Path, out_dir: str | Path,
+    *, data: ClickData | None = None,
 ) -> Path:
-    """Rebuild a model from its genotype, feature spec and weights files, and export it to ``out_dir``."""
+    """Rebuild a model from its genotype, feature spec and weights files, and export it to ``out_dir``
+    (with ``data``, its feature preprocessing too)."""
     try:
         arch = Architecture.from_json(Path(genotype_json_path).read_text())
     except (OSError, ValueError) as err:
@@ -128,7 +140,7 @@ def export_from_files(
         model.load_state_dict(read_state_dict(state_dict_path))
     except RuntimeError as err:
         raise DataError(f"weights do not fit the genotype: {err}", path=str(state_dict_path)) from None
-    return export_model(model, arch, spec, out_dir)
+    return export_model(model, arch, spec, out_dir, data=data)
 
 
 __all__ = ["FILES", "convert_state_dict", "export_from_files", "export_model", "read_state_dict"]

@@ -1,4 +1,10 @@
-"""Fine-tune a tracked model: more steps, or other data with the same features, as a new run."""
+"""Fine-tune a tracked model: more steps on the data it was trained on, as a run nested under it.
+
+Training is :func:`rankitect.train.loop.train_model`, the protocol every trained model follows
+(early stopping on validation NE with the best state restored, where the loop has it). The model
+is scored before and after; if fine-tuning did not lower the validation NE, the run keeps the
+weights it started from, and says so.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +28,17 @@ class FinetuneOutcome:
     run_id: str
     source_run_id: str
     before: dict[str, float]
-    after: dict[str, float]
+    after: dict[str, float]  # of the weights the new run keeps
+    kept_start: bool = False  # fine-tuning did not lower val/ne: the starting weights were kept
+    trained: dict[str, float] | None = None  # of the fine-tuned weights, whether kept or not
+
+    def verdict(self) -> str:
+        """One line: what fine-tuning did to validation and test NE, and which weights were kept."""
+        b, t = self.before, self.trained or self.after
+        change = f"val/ne {b['val/ne']:.4f} -> {t['val/ne']:.4f}, test/ne {b['test/ne']:.4f} -> {t['test/ne']:.4f}"
+        if self.kept_start:
+            return f"fine-tuning did not improve validation NE ({change}): the run keeps the starting weights"
+        return f"fine-tuning improved validation NE ({change}): the run keeps the fine-tuned weights"
 
 
 def _start(from_scratch: bool, from_supernet: bool) -> str:
@@ -54,14 +70,16 @@ def supernet_weights(tracker: Any, run_id: str, arch: Architecture, dst: str | P
 
 def finetune(
     tracker: Any, run_id: str, data: Any, cfg: TrainConfig, *, from_scratch: bool = False,
-    from_supernet: bool = False, runtime: RuntimeConfig | None = None,
+    from_supernet: bool = False, runtime: RuntimeConfig | None = None, params: dict[str, str] | None = None,
 ) -> FinetuneOutcome:
     """Continue training the model of ``run_id`` (a candidate, baseline or search run) on ``data``.
 
     The model starts from the run's weights, from the weights cut out of its search's supernet
     (``from_supernet``), or fresh (``from_scratch``); it is scored on the test
-    split before and after, and is logged as a new run tagged with the run it came from, with its
-    new weights attached. ``runtime`` may compile training (see :mod:`rankitect.train.runtime`).
+    split before and after, and is logged as a run nested under the run it came from (tagged
+    with it too), with its weights attached. If training did not lower the validation NE of the
+    starting weights (from the run or the supernet), those are kept. ``runtime`` may compile
+    training (see :mod:`rankitect.train.runtime`); ``params`` go to the new run (its data settings).
     """
     from rankitect.search.base import TrialResult
     from rankitect.space import build_model
@@ -80,13 +98,35 @@ def finetune(
             elif not from_scratch:
                 model.load_state_dict(torch.load(files.weights, weights_only=True))
             before = score(model, data, cfg)
-            out = train_model(model, data, cfg, runtime=runtime)
+            start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            out = _train(model, data, cfg, runtime, before, from_scratch)
+        kept_start = not from_scratch and out.metrics["val/ne"] >= before["val/ne"]
+        if kept_start:
+            model.load_state_dict(start)
+        after = before if kept_start else out.metrics
         c = cost(arch, data.spec)
-        result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
-        new_id = tracker.log_trial(None, arch, result, {FROM_TAG: files.run_id, "rankitect.command": "finetune",
-                                                       "rankitect.start": _start(from_scratch, from_supernet)})
+        result = TrialResult.from_metrics(after, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
+        tags = {FROM_TAG: files.run_id, "rankitect.command": "finetune", "rankitect.kind": "finetune",
+                "rankitect.start": _start(from_scratch, from_supernet),
+                "rankitect.kept": "start" if kept_start else "finetuned"}
+        new_id = tracker.log_trial(files.run_id, arch, result, tags, params=params, history=out.history)
         weights, spec_file = Path(tmp) / "finetuned.pt", Path(tmp) / "spec.json"
         torch.save(model.state_dict(), weights)
         data.spec.save(spec_file)
         tracker.log_model_files(new_id, weights, spec_file)
-    return FinetuneOutcome(new_id, files.run_id, before, out.metrics)
+    return FinetuneOutcome(new_id, files.run_id, before, after, kept_start, out.metrics)
+
+
+def _train(model: Any, data: Any, cfg: TrainConfig, runtime: RuntimeConfig | None, before: dict[str, float],
+           from_scratch: bool) -> Any:
+    """Train ``model`` by the search's protocol; fine-tuning that diverges (validation NE never back
+    below 1) leaves a result scored like the start, so the starting weights are kept."""
+    from rankitect.train.loop import TrainResult, train_model
+    from rankitect.train.task import TrialDiverged
+
+    try:
+        return train_model(model, data, cfg, runtime=runtime)
+    except TrialDiverged:
+        if from_scratch:
+            raise
+        return TrainResult(model=model, metrics=dict(before), train_seconds=0.0, steps=0, history=[])

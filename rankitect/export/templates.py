@@ -15,14 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 
-from rankitect.export.standalone import ensemble, field_blocks, flat_blocks, layers
+from rankitect.export.standalone import ensemble, field_blocks, flat_blocks, layers, serving
 
 # Definition order: each module uses only itself and the modules before it.
-TEMPLATE_MODULES: tuple[ModuleType, ...] = (layers, flat_blocks, field_blocks, ensemble)
+TEMPLATE_MODULES: tuple[ModuleType, ...] = (layers, flat_blocks, field_blocks, ensemble, serving)
 PACKAGE = "rankitect.export.standalone"
-HEADER = "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+HEADER = "import json\nimport math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
 # (module, alias) of every import the header provides; ``from torch import nn`` is ("torch.nn", "nn").
-HEADER_IMPORTS = {("math", None), ("torch", None), ("torch.nn.functional", "F"), ("torch.nn", "nn")}
+HEADER_IMPORTS = {("json", None), ("math", None), ("torch", None), ("torch.nn.functional", "F"), ("torch.nn", "nn")}
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_ha
 from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import SearchState, TrialRecord, folder_lock, load_state, process_key, save_state
 from rankitect.search.factory import objective_from_config, strategy_from_config
+from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
@@ -83,12 +84,13 @@ class SearchRunner:
         from rankitect.train.protocol import Schedule, check_warmup
 
         self.cfg, self.echo = cfg, echo
+        self.progress = LineProgress(echo)  # see watch()
         budget_seconds = parse_duration(cfg.search.time_budget)  # config errors before any data is read
         check_warmup(cfg.train)
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
-        check_warmup(cfg.train, Schedule.of(cfg.train, len(self.data.split("train")), len(self.data.split("val"))).total_steps)
+        check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy = self._make_strategy()
@@ -131,6 +133,14 @@ class SearchRunner:
         """The ask/tell strategy of the search (a subclass with a loop of its own may have none)."""
         return strategy_from_config(self.cfg.search, self.space)
 
+    def watch(self, progress: LineProgress) -> None:
+        """Report to ``progress`` (e.g. a :class:`~rankitect.search.progress.SearchProgress` bar)."""
+        self.progress, self.echo = progress, progress.write
+
+    def trial_budget(self) -> int:
+        """Trials this search runs in all (baselines and candidates): the progress bar's total."""
+        return (len(self.cfg.search.baselines) if self.owner else 0) + self.candidate_budget()
+
     def candidate_budget(self) -> int:
         """How many candidates the search trains (for the progress lines)."""
         return self.cfg.search.trials
@@ -157,6 +167,7 @@ class SearchRunner:
     def _submit(self, runner: InlineRunner | TrialPool, name: str, arch: Architecture, *, prune: bool) -> Future:
         """Start training ``arch`` (reporting to the rung study, where pruning is on)."""
         ticket = self.rungs.ticket(name, prune=prune) if self.rungs is not None else None
+        self.progress.started(name)
         future = runner.submit(arch, self.train_cfg, self._weights_path(name), ticket)
         self._tickets[future] = ticket
         return future
@@ -287,27 +298,27 @@ class SearchRunner:
         if self.strategy is not None:
             self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
-        self._log_child(record, out.history)
+        self._log_child(record, out.history, self.progress.start_time(name))
         save_state(self.path, self.state)
         if self.cfg.search.storage:
             self._share(record)
         self._prune_weights()
-        self.echo(_trial_line(record, len(self.state.candidates()), self.candidate_budget()))
+        line = _trial_line(record, len(self.state.candidates()), self.candidate_budget())
+        self.progress.finished(name, out.result, line)
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
 
-    def _log_child(self, record: TrialRecord, history: list[dict[str, float]]) -> None:
+    def _log_child(self, record: TrialRecord, history: list[dict[str, float]], start: float | None = None) -> None:
         arch, result = Architecture.from_dict(record.arch), TrialResult.from_dict(record.result)
         baseline = record.name if record.kind == "baseline" else None
-        record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result,
-                                               {TRIAL_TAG: str(record.number)}, baseline=baseline)
-        from mlflow.entities import Metric
-
-        metrics = [Metric(f"curve/{k.replace('/', '_')}", v, 0, int(h["step"]))
-                   for h in history for k, v in h.items() if k != "step"]
+        choices = self.space.encode(arch)  # the space's flat labels, for MLflow's compare views
+        params = {} if choices is None else {k: choices[k] for k in self.space.active(choices)}
+        record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, {TRIAL_TAG: str(record.number)},
+                                               baseline=baseline, params=params, start_time=start, history=history)
         if arch.rocs:
-            metrics += [Metric(k, v, 0, 0) for k, v in self._rocs_mflops(arch).items()]
-        if metrics:
+            from mlflow.entities import Metric
+
+            metrics = [Metric(k, v, 0, 0) for k, v in self._rocs_mflops(arch).items()]
             self.tracker.client.log_batch(record.run_id, metrics=metrics)
 
     def _rocs_mflops(self, arch: Architecture) -> dict[str, float]:

@@ -107,7 +107,14 @@ _WORKER_DATA: dict[str, Any] = {}  # one opened data set per worker process (set
 
 
 def _init_worker(data_path: str, threads: int) -> None:
+    import os
+
     import torch
+
+    if os.environ.get("RANKITECT_QUIET"):  # set by the command line without -v
+        from rankitect.cli_output import quiet_third_party
+
+        quiet_third_party()
 
     from rankitect.data import ClickData
 

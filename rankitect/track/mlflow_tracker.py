@@ -3,14 +3,22 @@
 Everything goes through an explicit ``mlflow.MlflowClient`` (no active-run globals), so worker
 processes can log with a :class:`Tracker` of their own. MLflow is imported when a tracker is made.
 
+The experiment is tagged for model training (``mlflow.experimentKind``), not GenAI, and carries a
+shared view of its runs table (:data:`VIEW_KEY`: the metric columns, best test NE first) that
+:meth:`Tracker.runs_view_path` opens in MLflow's model-training UI.
+
 Parent run (tags ``rankitect.kind=search``, ``rankitect.strategy``, ``rankitect.space``): the
 flattened config as params (long values cut, the full config in ``config.yaml``), ``space.json``,
-and at the end ``pareto.csv``, ``pareto.png``, ``best_genotype.json``, ``search_state.json`` and
-``best/*`` metrics. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate`` or
-``baseline``): param ``genotype_hash``, metrics ``val/ne``, ``test/ne``, ``test/auc``,
-``test/logloss``, ``mflops``, ``params``, ``train_seconds``, artifact ``genotype.json``; tag
-``rankitect.status`` (``ok``, ``failed``, ``pruned``); status FINISHED, FAILED with the message in
-the ``error`` tag, or KILLED for a trial the search's successive halving stopped early.
+and at the end ``pareto.csv``, ``pareto.png``, the Pareto table as an MLflow table
+(``pareto.json``), ``best_genotype.json``, ``search_state.json`` and the winner's metrics under the
+candidates' names. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
+``baseline`` or ``finetune``): params ``genotype_hash`` and every architecture choice under the
+space's flat label (``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation
+step), ``test/ne``, ``test/auc``, ``test/logloss``, ``mflops``, ``params``, ``train_seconds``,
+artifact ``genotype.json``; its real start and end times; tag ``rankitect.status`` (``ok``,
+``failed``, ``pruned``); status FINISHED, FAILED with the message in the ``error`` tag, or KILLED
+for a trial the search's successive halving stopped early. One name per metric: a search run's
+``test/ne`` is its winner's.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import math
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +54,11 @@ METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
 }
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow's model-training UI
+VIEW_KEY = "rankitect"  # the experiment's shared runs-table view: tag mlflow.sharedViewState.<key>
+VIEW_COLUMNS = ("test/ne", "val/ne", "test/auc", "mflops", "params", "train_seconds")
+WINNER_METRICS = {"val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "mflops": "mflops",
+                  "objective": "objective"}  # metric name -> Pareto table column
 
 
 # A trial's status -> its MLflow run status. A pruned trial was stopped early by the search's
@@ -116,6 +130,17 @@ class Tracker:
             else:
                 location = None if root is None else root.as_uri()
                 self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            tags = {} if found is None else found.tags
+            if tags.get(EXPERIMENT_KIND[0]) is None:
+                self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
+            if tags.get(f"mlflow.sharedViewState.{VIEW_KEY}") is None:
+                self.client.set_experiment_tag(self.experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", _view_state())
+
+    def runs_view_path(self) -> str:
+        """The UI path (after ``http://host:port/``) of the experiment's runs in the model-training
+        view, with the metric columns shown and the best test NE first."""
+        return (f"#/experiments/{self.experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
+                "&workflowType=machine_learning")
 
     def start_search(self, config: dict[str, Any], strategy: Any, space: Any, *, name: str | None = None) -> str:
         """Open the parent run of a search; returns its run id.
@@ -138,12 +163,17 @@ class Tracker:
 
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
-        *, baseline: str | None = None,
+        *, baseline: str | None = None, params: dict[str, Any] | None = None, start_time: float | None = None,
+        history: list[dict[str, float]] | None = None,
     ) -> str:
         """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
 
         ``result`` is a ``rankitect.search.TrialResult`` (or has its attributes); returns the run id.
-        Without ``parent_id`` the run stands alone (``rankitect train``).
+        Without ``parent_id`` the run stands alone (``rankitect train``). ``params``: more run
+        parameters (the architecture choices, the data settings); ``start_time``: when the trial
+        started (``time.time()``; default: its training seconds ago), the run ends now;
+        ``history``: the validation metrics at each step (``{"step": s, "val/ne": ...}``), logged
+        under their own names at their steps, before the final values at the last step.
         """
         h = _hash_of(arch)
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
@@ -153,13 +183,30 @@ class Tracker:
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
         tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
-        run = self.client.create_run(self.experiment_id, run_name=baseline or h, tags=tags)
+        end = time.time()
+        start = start_time if start_time is not None else end - float(result.train_seconds or 0.0)
+        run = self.client.create_run(self.experiment_id, run_name=baseline or h, tags=tags,
+                                     start_time=int(start * 1000))
         run_id = run.info.run_id
         metrics = {k: float(getattr(result, a)) for k, a in METRICS.items() if getattr(result, a) is not None}
-        self._log(run_id, params={"genotype_hash": h}, metrics=metrics)
+        every = {"genotype_hash": h, **{k: _cut(str(v), MAX_PARAM_CHARS) for k, v in (params or {}).items()}}
+        self._log_history(run_id, history or [], start, end)
+        last = max((int(p["step"]) for p in history or []), default=0)
+        self._log(run_id, params=every, metrics=metrics, step=last)
         self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
-        self.client.set_terminated(run_id, RUN_STATUS[result.status])
+        self.client.set_terminated(run_id, RUN_STATUS[result.status], end_time=int(end * 1000))
         return run_id
+
+    def _log_history(self, run_id: str, history: list[dict[str, float]], start: float, end: float) -> None:
+        """Validation curves under the metrics' own names, stamped between the run's start and end."""
+        from mlflow.entities import Metric
+
+        last = max((p["step"] for p in history), default=1) or 1
+        stamp = lambda step: int((start + (end - start) * min(step / last, 1.0)) * 1000) - 1  # noqa: E731
+        points = [Metric(k, float(v), stamp(p["step"]), int(p["step"])) for p in history
+                  for k, v in p.items() if k != "step"]
+        for i in range(0, len(points), 1000):
+            self.client.log_batch(run_id, metrics=points[i:i + 1000])
 
     def log_model_files(self, run_id: str, weights: str | Path, spec_file: str | Path) -> None:
         """Attach trained weights and the feature spec to a run as ``model/state_dict.pt`` and
@@ -192,6 +239,10 @@ class Tracker:
                             f"and the baselines keep theirs): {type(e).__name__}") from None
         return ModelFiles(rid, Path(genotype), Path(folder) / WEIGHTS_FILE, Path(folder) / SPEC_FILE)
 
+    def get_run(self, run_id: str) -> Any:
+        """The MLflow run ``run_id``; an unknown id is a ``UserError`` naming it and the store."""
+        return self._get_run(run_id)
+
     def _get_run(self, run_id: str) -> Any:
         from rankitect.errors import UserError
 
@@ -209,6 +260,26 @@ class Tracker:
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
         return found[0]
+
+    def log_raw_rows_model(self, run_id: str, export_dir: str | Path) -> str:
+        """Log an export directory as an MLflow pyfunc model of run ``run_id`` (under "Logged
+        models"): ``predict`` takes a DataFrame of raw feature columns. Returns the model URI."""
+        import mlflow
+        import torch
+
+        code = Path(__file__).with_name("raw_rows_model.py")
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(self.uri)  # Model.log reads the global tracking URI
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # MLflow's advice on predict's type hints: the input is a DataFrame
+                info = mlflow.models.Model.log(
+                    None, mlflow.pyfunc, name="model", run_id=run_id, python_model=str(code),
+                    artifacts={"export": str(export_dir)},
+                    pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
+        finally:
+            mlflow.set_tracking_uri(previous)
+        return info.model_uri
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         """Log ``metrics`` (name -> value) on run ``run_id`` at step 0."""
@@ -235,6 +306,8 @@ class Tracker:
         """
         from rankitect.eval.pareto import plot_pareto
 
+        if len(pareto_df):
+            self.client.log_table(parent_id, data=_table_safe(pareto_df), artifact_file="pareto.json")
         with tempfile.TemporaryDirectory() as tmp:
             pareto_df.to_csv(Path(tmp) / "pareto.csv", index=False)
             self.client.log_artifact(parent_id, str(Path(tmp) / "pareto.csv"))
@@ -248,15 +321,16 @@ class Tracker:
         winner = pareto_df[pareto_df["winner"]] if "winner" in pareto_df else pareto_df.iloc[:0]
         if len(winner):
             row = winner.iloc[0]
-            metrics = {f"best/{c}": float(row[c]) for c in ("val_ne", "test_ne", "test_auc", "mflops", "objective")
-                       if pd.notna(row[c])}
+            metrics = {k: float(row[c]) for k, c in WINNER_METRICS.items() if c in row and pd.notna(row[c])}
             self._log(parent_id, metrics=metrics)
         self.client.set_terminated(parent_id, status)
 
     def runs_table(self, parent_id: str | None = None) -> pd.DataFrame:
         """Candidate and baseline runs of one search (or of the whole experiment), best test NE first."""
         if parent_id is not None and not parent_id.isalnum():
-            raise ValueError(f"parent_id must be an MLflow run id (letters and digits), got {parent_id!r}")
+            from rankitect.errors import UserError
+
+            raise UserError(f"{parent_id!r} is not an MLflow run id (letters and digits; a setting is key=value)")
         query = f"tags.`{PARENT}` = '{parent_id}'" if parent_id else f"tags.`{KIND}` != 'search'"
         rows = []
         for run in self._search(query):
@@ -274,12 +348,13 @@ class Tracker:
         """The searches (parent runs) of the experiment, newest first."""
         rows = [{
             "run_id": r.info.run_id, "name": r.info.run_name, "strategy": r.data.tags.get(STRATEGY),
-            "space": r.data.tags.get(SPACE), "status": r.info.status, "start_time": r.info.start_time,
-            "best/test_ne": r.data.metrics.get("best/test_ne", math.nan),
-            "best/mflops": r.data.metrics.get("best/mflops", math.nan),
+            "space": r.data.tags.get(SPACE), "status": r.info.status,
+            "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
+            "test/ne": r.data.metrics.get("test/ne", math.nan),
+            "mflops": r.data.metrics.get("mflops", math.nan),
         } for r in self._search(f"tags.`{KIND}` = 'search'")]
         df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "status", "start_time",
-                                         "best/test_ne", "best/mflops"])
+                                         "test/ne", "mflops"])
         return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
 
     def _search(self, query: str) -> list[Any]:
@@ -292,14 +367,29 @@ class Tracker:
                 return runs
 
     def _log(
-        self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None
+        self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None,
+        step: int = 0,
     ) -> None:
         from mlflow.entities import Metric, Param
 
         now = int(time.time() * 1000)
         params_l = [Param(k, v) for k, v in (params or {}).items()]
-        metrics_l = [Metric(k, v, now, 0) for k, v in (metrics or {}).items()]
+        metrics_l = [Metric(k, v, now, step) for k, v in (metrics or {}).items()]
         for i in range(0, len(params_l), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(run_id, params=params_l[i:i + 100])
         if metrics_l:
             self.client.log_batch(run_id, metrics=metrics_l)
+
+
+
+def _table_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with JSON-friendly cells (numpy booleans and NaN become plain values)."""
+    return df.astype(object).where(pd.notna(df), None)
+
+
+def _view_state() -> str:
+    """The shared runs-table view (MLflow's persisted UI state): metric columns, best test NE first,
+    child runs expanded under their search."""
+    columns = [f"metrics.`{m}`" for m in VIEW_COLUMNS]
+    return json.dumps({"searchFilter": "", "orderByKey": "metrics.`test/ne`", "orderByAsc": True,
+                       "selectedColumns": ["attributes.`Source`", *columns], "runsHiddenMode": "SHOW_ALL"})

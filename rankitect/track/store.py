@@ -11,11 +11,15 @@ True
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 SQLITE = "sqlite:///"
+STOP_GRACE_S = 10.0  # after SIGTERM, how long the UI's processes get before SIGKILL
 
 
 def resolve_uri(uri: str | None = None) -> str:
@@ -53,3 +57,69 @@ def ui_command(uri: str | None = None, host: str = "127.0.0.1", port: int = 5000
     if root is not None:
         argv += ["--default-artifact-root", root.as_posix()]
     return argv
+
+
+def store_args(uri: str) -> str:
+    """`` track.uri=URI`` for a hint printed after a command, or ``""`` when ``uri`` is the default
+    store of the working directory (what a command without the override opens).
+
+    >>> store_args(resolve_uri(DEFAULT_URI))
+    ''
+    >>> store_args("sqlite:////srv/runs/mlflow.db")
+    ' track.uri=sqlite:////srv/runs/mlflow.db'
+    """
+    return "" if uri == resolve_uri(DEFAULT_URI) else f" track.uri={uri}"
+
+
+def store_exists(uri: str) -> bool:
+    """Whether a SQLite store's database file exists (other stores: assumed to)."""
+    if not uri.startswith(SQLITE) or ":memory:" in uri:
+        return True
+    return Path(uri[len(SQLITE):]).is_file()
+
+
+def serve_ui(argv: list[str], env: dict[str, str]) -> int:
+    """Run the UI server ``argv`` in a process group of its own until it exits or this process gets
+    SIGTERM or SIGINT; then the whole group is stopped (SIGTERM, SIGKILL after a grace period), so no
+    worker outlives the command. Returns the server's exit status, 0 when stopped by a signal."""
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    stopped: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        _signal_group(proc.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        stop_group(proc)
+    return 0 if stopped else code
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group led by ``proc``, wait for it to empty, SIGKILL what is left."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and _group_alive(proc):
+        time.sleep(0.1)  # polling a process group: there is nothing to wait on for non-children
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    proc.poll()  # reap the leader, else it stays a zombie member of the group
+    try:
+        os.killpg(proc.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

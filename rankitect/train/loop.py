@@ -119,7 +119,7 @@ def train_model(
 
         trained = prepare_training(model, data, cfg, runtime)
     train, val = data.split("train"), data.split("val")
-    schedule = Schedule.of(cfg, len(train), len(val))
+    schedule = Schedule.for_data(cfg, data)
     check_warmup(cfg, schedule.total_steps)
     protocol = Protocol(model, lambda: val.batches(cfg.batch_size, shuffle=False), cfg, schedule, report)
     accelerator = "gpu" if runtime is not None and runtime.device.startswith("cuda") else "cpu"

@@ -65,6 +65,11 @@ class Schedule:
         interval = cfg.val_every or validation_interval(epoch, math.ceil(val_rows / cfg.batch_size))
         return cls(epoch_steps=epoch, total_steps=total, interval=max(1, min(interval, total)))
 
+    @classmethod
+    def for_data(cls, cfg: TrainConfig, data: Any) -> Schedule:
+        """The schedule of training on ``data``'s train split, validated on its val split."""
+        return cls.of(cfg, len(data.split("train")), len(data.split("val")))
+
 
 def validation_interval(epoch_steps: int, val_batches: int) -> int:
     """``train.val_every=0`` (auto): once an epoch, or on an epoch longer than

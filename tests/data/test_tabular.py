@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,8 @@ def test_csv_and_parquet_agree(files, tmp_path) -> None:
     assert [f.side for f in a.spec.sparse] == ["request", "candidate"]
     assert sum(len(a.split(s)) for s in SPLITS) == len(df)
     assert float(_all(a, "labels").sum()) == float(df["clicked"].sum())
-    assert sorted(_all(a, "dense")[:, 0].tolist()) == sorted(df["price"].fillna(0).astype(np.float32).tolist())
+    expected = _signed_log1p(df["price"].fillna(0).to_numpy())  # the default dense transform
+    np.testing.assert_allclose(sorted(_all(a, "dense")[:, 0].tolist()), sorted(expected.tolist()), rtol=1e-6)
 
 
 def test_requests_are_gathered_and_split_whole(files, tmp_path) -> None:
@@ -79,7 +81,21 @@ def test_requests_are_gathered_and_split_whole(files, tmp_path) -> None:
     where = next(s for s in SPLITS if 0 in set(np.asarray(data.split(s).request_ids).tolist()))
     sp = data.split(where)
     got = np.asarray(sp.dense)[np.asarray(sp.request_ids) == 0, 0]
-    np.testing.assert_allclose(got, rows["price"].fillna(0).to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got, _signed_log1p(rows["price"].fillna(0).to_numpy()), rtol=1e-6)
+
+
+def _signed_log1p(x: np.ndarray) -> np.ndarray:
+    """The textbook signed log transform: sign(x) * ln(1 + |x|)."""
+    return np.array([math.copysign(math.log(1 + abs(v)), v) for v in x])
+
+
+def test_dense_transform_none_keeps_values_as_read(files, tmp_path) -> None:
+    csv, _, schema, df = files
+    raw = tmp_path / "raw.yaml"
+    raw.write_text(schema.read_text() + "dense_transform: none\n")
+    data = read_tabular(csv, raw, tmp_path / "r")
+    got = sorted(_all(data, "dense")[:, 0].tolist())
+    assert got == sorted(df["price"].fillna(0).astype(np.float32).tolist())
 
 
 def test_train_vocabulary(files, tmp_path) -> None:

@@ -64,9 +64,9 @@ def imported_modules(source: str) -> set[str]:
     return found
 
 
-def test_source_imports_only_torch_math_typing_and_reads_like_the_genotype() -> None:
+def test_source_imports_only_torch_json_math_typing_and_reads_like_the_genotype() -> None:
     source = generate_source(ALL_OPS, tiny_spec())
-    assert {m.split(".")[0] for m in imported_modules(source)} <= {"torch", "math", "typing"}
+    assert {m.split(".")[0] for m in imported_modules(source)} <= {"torch", "json", "math", "typing"}
     forward = source[source.index("    def forward(self, dense"):]
     gene_lines = [line for line in forward.splitlines() if "= self.blocks[" in line]
     assert len(gene_lines) == len(ALL_OPS.blocks)
@@ -168,7 +168,7 @@ def test_feature_names_never_reach_the_source() -> None:
     source = generate_source(arch, spec)
     assert not any(name in source for name in crafted.values())
     assert "import os" not in source and "os.system" not in source
-    assert {m.split(".")[0] for m in imported_modules(source)} <= {"torch", "math", "typing"}
+    assert {m.split(".")[0] for m in imported_modules(source)} <= {"torch", "json", "math", "typing"}
 
 
 def test_crafted_feature_side_or_vocab_is_refused() -> None:

@@ -67,11 +67,13 @@ def test_export_writes_every_file(tmp_path: Path) -> None:
     model = perturbed_model(arch, spec)
     out = export_model(model, arch, spec, tmp_path / "export")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["model.py", "weights.pt", "model.safetensors", "genotype.json", "feature_spec.json"]
-    )
-    weights = torch.load(out / "weights.pt", weights_only=True)
+        ["model.py", "model.safetensors", "genotype.json", "feature_spec.json"]
+    )  # one weights file; preprocess.json only when the data set is given
     safetensors = load_file(str(out / "model.safetensors"))
-    assert weights.keys() == safetensors.keys() and all(torch.equal(weights[k], safetensors[k]) for k in weights)
+    assert safetensors.keys() == convert_state_dict(model.state_dict(), spec).keys()
+    # model.py's own reader (no safetensors package) gives the same tensors as the package
+    read = import_file(out / "model.py").read_safetensors(str(out / "model.safetensors"))
+    assert read.keys() == safetensors.keys() and all(torch.equal(read[k], safetensors[k]) for k in read)
     assert Architecture.from_json((out / "genotype.json").read_text()) == arch
     assert FeatureSpec.load(out / "feature_spec.json") == spec
     loaded = import_file(out / "model.py").load(str(out))

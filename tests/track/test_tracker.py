@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
@@ -70,14 +72,49 @@ def test_parent_run_has_config_space_and_final_artifacts(search):
     assert run.data.params["search.baselines"] == "['dlrm', 'dcnv2']"
     assert len(run.data.params["data.note"]) == 500  # cut; the whole config is an artifact
     files = {f.path for f in client.list_artifacts(parent)}
-    assert files == {"config.yaml", "space.json", "pareto.csv", "pareto.png", "best_genotype.json",
+    assert files == {"config.yaml", "space.json", "pareto.csv", "pareto.png", "pareto.json", "best_genotype.json",
                      "search_state.json"}
+    # the Pareto table as an MLflow table: the same rows as the CSV
+    table = pd.read_csv(client.download_artifacts(parent, "pareto.csv"))
+    logged = json.loads(Path(client.download_artifacts(parent, "pareto.json")).read_text())
+    assert logged["columns"] == list(table.columns) and len(logged["data"]) == len(table)
+    col = logged["columns"].index("test_ne")
+    assert [r[col] for r in logged["data"]] == [None if pd.isna(v) else v for v in table["test_ne"]]
     config = yaml.safe_load(Path(client.download_artifacts(parent, "config.yaml")).read_text())
     assert config == CONFIG
     best = json.loads(Path(client.download_artifacts(parent, "best_genotype.json")).read_text())
     assert best == json.loads(archs[1].to_json())
     assert run.data.tags["best_genotype_hash"] == archs[1].hash
-    assert run.data.metrics["best/test_ne"] == 0.76 and run.data.metrics["best/mflops"] == 2.0
+    # one name per metric: the search run's test/ne is its winner's, no best/* twins
+    assert run.data.metrics["test/ne"] == 0.76 and run.data.metrics["mflops"] == 2.0
+    assert not [k for k in run.data.metrics if k.startswith("best/")]
+
+
+def test_experiment_is_for_model_training_with_a_metric_view(store, search):
+    tracker, client = store[2], search[-1]
+    tags = client.get_experiment(tracker.experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.rankitect"])
+    assert {"metrics.`test/ne`", "metrics.`mflops`"} <= set(view["selectedColumns"])
+    assert "viewStateShareKey=rankitect" in tracker.runs_view_path()
+    assert "workflowType=machine_learning" in tracker.runs_view_path()
+
+
+def test_child_runs_carry_real_times_choices_and_one_curve_name(store, search):
+    tracker, client = store[2], search[-1]
+    parent = tracker.start_search({"search": {"trials": 1}}, "random", "toy", name="another")
+    arch = ToyArch((8,), "relu")
+    result = TrialResult(val_ne=0.7, test_ne=0.71, test_auc=0.7, test_logloss=0.4, mflops=1.0, params=10,
+                         train_seconds=30.0)
+    before = time.time()
+    history = [{"step": 10, "val/ne": 0.9}, {"step": 20, "val/ne": 0.8}]
+    run_id = tracker.log_trial(parent, arch, result, params={"b0.width": 64}, start_time=before - 30, history=history)
+    run = client.get_run(run_id)
+    assert run.data.params == {"genotype_hash": arch.hash, "b0.width": "64"}
+    assert run.info.end_time - run.info.start_time >= 30_000  # minutes of training read as such
+    curve = client.get_metric_history(run_id, "val/ne")
+    assert [(m.step, m.value) for m in curve] == [(10, 0.9), (20, 0.8), (20, 0.7)]
+    assert run.data.metrics["val/ne"] == 0.7  # the final score is the latest value
 
 
 def test_children_are_nested_with_metrics_params_status_and_genotype(search):
@@ -105,9 +142,8 @@ def test_runs_table_is_sorted_by_test_ne_and_searches_are_listed(store, search):
     df = tracker.runs_table(parent)
     assert df["name"].tolist()[:3] == [search[2][1].hash, "dlrm", search[2][0].hash]
     assert df["status"].iloc[-1] == "FAILED" and df["mflops"].iloc[-1] == 9.0
-    assert len(tracker.runs_table()) == 4  # the experiment holds one search
-    searches = tracker.searches_table()
-    assert searches["run_id"].tolist() == [parent] and searches["best/test_ne"].iloc[0] == 0.76
+    searches = tracker.searches_table().set_index("run_id")
+    assert searches.loc[parent, "test/ne"] == 0.76
 
 
 def test_uri_resolution_and_ui_command(monkeypatch, tmp_path):

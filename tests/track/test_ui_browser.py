@@ -4,17 +4,19 @@ MLflow's UI (3.17) is a React app: the HTML the server sends holds no run at all
 rendered by Chromium (``--dump-dom`` after a ``--virtual-time-budget``, which waits for the page's
 API calls) and the checks read the rendered DOM:
 
+- the runs list as ``rankitect ui`` prints it (the model-training view, ``workflowType=machine_learning``,
+  with the experiment's shared view ``viewStateShareKey=rankitect``) shows ``test/ne`` and ``mflops``
+  columns holding every candidate's values at full precision, best test NE first;
+- the compare page of 3 candidates (``#/compare-runs?runs=[...]``) lists their architecture choices
+  as parameters (``b0.flat``, ...) with each candidate's own values, beside their metrics;
 - the experiment's runs table, filtered to the search's children through the URL
-  (``#/experiments/<id>/runs?searchFilter=...&orderByKey=...``), names every candidate and baseline.
-  Its metric columns are hidden by default and which columns show is browser state (localStorage),
-  not part of the URL, so metric values are not read from this table;
+  (``#/experiments/<id>/runs?searchFilter=...&orderByKey=...``), names every candidate and baseline;
 - the search run's page (``#/experiments/<id>/runs/<run_id>``) names it and lists its child runs;
 - each child run's page has a Metric / Value table (ARIA ``role="row"`` / ``role="cell"``) holding
   ``test/ne`` and ``mflops`` at full precision: they must equal what MLflow's client returns.
 
-(The compare page, ``#/compare-runs``, shows every child's metrics side by side, but in a virtualized
-grid that renders only the rows in view, so it is not used for checks.) A screenshot of every page
-goes to ``artifacts/ui-browser/`` at the repository root, with the server's log.
+A screenshot of every page goes to ``artifacts/ui-browser/`` at the repository root, with the
+server's log.
 """
 
 from __future__ import annotations
@@ -37,14 +39,12 @@ from urllib.parse import quote, urlencode
 import pytest
 
 from rankitect.cli import main
-from tests.learnable import learnable_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "ui-browser"
 SEARCH = [
-    "search", "--strategy", "random", "--trials", "2", "train.max_epochs=2", f"data.source={learnable_source()}",
-    "train.batch_size=64",
-    "train.val_batches=2", "train.test_batches=2", "search.baselines=[dlrm]", "runtime.threads=1",
+    "search", "--strategy", "random", "--trials", "3", "train.max_epochs=2", "data.rows=8000", "train.batch_size=64",
+    "train.test_batches=2", "search.pruning=none", "search.baselines=[dlrm]", "runtime.threads=1",
 ]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -166,7 +166,8 @@ def search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     client = MlflowClient(uri)
     parent = client.get_run(parent_id)
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
-    assert sorted(c.data.tags["rankitect.kind"] for c in children) == ["baseline", "candidate", "candidate"]
+    kinds = sorted(c.data.tags["rankitect.kind"] for c in children)
+    assert kinds == ["baseline", "candidate", "candidate", "candidate"]
     return {"uri": uri, "parent": parent, "children": list(children)}
 
 
@@ -192,6 +193,42 @@ def server(search: dict, tmp_path: Path) -> Iterator[str]:
 
 def _is_png(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 10_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_runs_list_in_the_model_training_view_and_a_compare_view_of_three_candidates(search: dict, server: str) -> None:
+    from rankitect.track import Tracker
+
+    chromium = _chromium()
+    view = Tracker(search["uri"]).runs_view_path()
+    assert "workflowType=machine_learning" in view
+    cands = [c for c in search["children"] if c.data.tags["rankitect.kind"] == "candidate"]
+    names = [c.info.run_name for c in search["children"]]
+    values = [repr(c.data.metrics[m]) for c in search["children"] for m in ("test/ne", "mflops")]
+    page = _render(chromium, f"{server}/{view}", ARTIFACTS / "runs_list.png",
+                   lambda p: all(v in p.text for v in values))
+    assert "Model registry" in page.text  # the model-training sidebar (the GenAI one has none)
+    assert "test/ne" in page.words and "mflops" in page.words, page.text[:1500]  # column headers
+    missing = [v for v in values if v not in page.text]
+    assert not missing, f"runs list lacks the metric values {missing}: {page.text[:2000]}"
+    assert all(n in page.text for n in names)
+    by_ne = sorted(search["children"], key=lambda c: c.data.metrics["test/ne"])
+    order = [page.text.index(c.info.run_name) for c in by_ne]
+    assert order == sorted(order)  # best test NE first
+
+    ids = json.dumps([c.info.run_id for c in cands])
+    exp = json.dumps([search["parent"].info.experiment_id])
+    url = f"{server}/#/compare-runs?{urlencode({'runs': ids, 'experiments': exp}, quote_via=quote)}"
+    choices = sorted(k for k in cands[0].data.params if k != "genotype_hash")
+    assert len(choices) > 10  # every architecture choice is a parameter of the candidate
+    page = _render(chromium, url, ARTIFACTS / "compare_3.png",
+                   lambda p: "Parameters" in p.text and choices[0] in p.text)
+    assert "Comparing 3 Runs" in page.text, page.text[:1500]
+    words = page.words[len(page.words) - page.words[::-1].index("Parameters"):]  # the parameters table
+    for label in choices:
+        assert label in words, f"compare view lacks parameter {label}: {page.text[:2000]}"
+        if all(label in c.data.params for c in cands):
+            i = words.index(label)
+            assert words[i + 1:i + 4] == [c.data.params[label] for c in cands], (label, words[i:i + 4])
 
 
 def test_search_runs_and_metrics_render_in_chromium(search: dict, server: str) -> None:

@@ -1,0 +1,66 @@
+"""The feature preprocessing of a data set, written beside an export as ``preprocess.json``.
+
+It tells the exported ``model.py`` (:class:`~rankitect.export.standalone.serving.RowScorer`) how a
+raw row becomes the model's inputs, with the readers' own rules:
+
+* tabular (CSV / parquet): dense missing -> 0, then ``sign(x) log(1 + |x|)`` (the schema's
+  ``dense_transform: log1p``, the default) or as given (``none``); a categorical value is the string the
+  reader reads, hashed with SipHash-2-4 keyed per column (``rankitect.data.hashing.hash_strings``),
+  then either bucketed (``vocab: hash``) or looked up in the vocabulary counted on the train split
+  (``vocab: train``; unseen or rare values get the OOV id 1), missing -> 0;
+* Criteo TSV: dense ``log(1 + max(x, 0))``, categoricals hashed into buckets, empty -> 0;
+* synthetic: rows hold ids already; an id outside a table maps to the OOV id 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankitect.data.store import ClickData
+from rankitect.errors import DataError
+
+FORMAT = 1
+OOV_ID = 1
+
+
+def _key(salt: int) -> str:
+    """The 16-character SipHash key of ``hash_strings(..., salt)``."""
+    return f"{salt % 10**16:016d}"
+
+
+def preprocessing(data: ClickData) -> dict[str, Any]:
+    """The preprocessing of ``data`` as plain JSON data (see the module docstring)."""
+    spec, source, params = data.spec, data.source, data.meta.get("params", {})
+    if source == "tabular":
+        transform = "signed_log1p" if params.get("dense_transform", "none") == "log1p" else "none"
+        dense = [{"name": f.name, "transform": transform} for f in spec.dense]
+        sparse = [_tabular_sparse(data, params, j, f) for j, f in enumerate(spec.sparse)]
+    elif source == "criteo":
+        if params.get("min_count"):
+            raise DataError("export: Criteo vocabularies counted with min_count are not kept; "
+                            "export a model trained on hashed ids (min_count 0)", path=str(data.path))
+        dense = [{"name": f.name, "transform": "log1p"} for f in spec.dense]
+        sparse = [{"name": f.name, "encoding": "hash", "key": _key(j + 1), "buckets": f.vocab_size}
+                  for j, f in enumerate(spec.sparse)]
+    elif source == "synthetic":
+        dense = [{"name": f.name, "transform": "none"} for f in spec.dense]
+        sparse = [{"name": f.name, "encoding": "id", "size": f.vocab_size} for f in spec.sparse]
+    else:
+        raise DataError(f"export: no preprocessing known for data source {source!r}", path=str(data.path))
+    return {"format": FORMAT, "source": source, "label": spec.label, "oov_id": OOV_ID, "dense": dense,
+            "sparse": sparse}
+
+
+def _tabular_sparse(data: ClickData, params: dict[str, Any], j: int, feature: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": feature.name, "key": _key(j + 1)}
+    if params.get("vocab") == "hash":
+        return entry | {"encoding": "hash", "buckets": feature.vocab_size}
+    path = Path(data.path) / "vocab" / f"{feature.name}.npy"
+    if not path.is_file():
+        raise DataError(f"export: the vocabulary of column {feature.name!r} was not kept (a cache written by an "
+                        "older rankitect: delete it to rebuild)", path=str(data.path))
+    hashes = np.load(path)
+    return entry | {"encoding": "vocab", "hashes": [int(h) for h in hashes]}  # id of hashes[i] is i + 2

@@ -1,0 +1,139 @@
+"""Standalone serving: read the safetensors weights, turn raw rows into model inputs, score them.
+
+Copied verbatim into every exported ``model.py`` (so it imports only ``json``, ``math`` and
+``torch``). :func:`read_safetensors` reads the format's header and tensors without the
+safetensors package; :class:`RowScorer` applies ``preprocess.json`` (see
+:mod:`rankitect.export.preprocess`): SipHash-2-4 of a categorical value with the column's key,
+followed by pandas' 64-bit mix (what ``pandas.util.hash_array`` returns), then a bucket or a
+vocabulary id; an unseen value gets the OOV id.
+"""
+
+import json
+import math
+
+import torch
+
+MASK64 = (1 << 64) - 1
+SAFETENSORS_DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                      "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_safetensors(path: str) -> dict:
+    """The tensors of a ``.safetensors`` file: 8-byte little-endian header size, JSON header, data."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + size].decode("utf-8"))
+    data = bytearray(blob[8 + size :])
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = entry["data_offsets"]
+        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+        flat = torch.frombuffer(data, dtype=dtype, count=(end - start) // dtype.itemsize, offset=start)
+        out[name] = flat.reshape(entry["shape"]).clone()
+    return out
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & MASK64
+
+
+def _sipround(v0: int, v1: int, v2: int, v3: int) -> tuple:
+    v0 = (v0 + v1) & MASK64
+    v1 = _rotl(v1, 13) ^ v0
+    v0 = _rotl(v0, 32)
+    v2 = (v2 + v3) & MASK64
+    v3 = _rotl(v3, 16) ^ v2
+    v0 = (v0 + v3) & MASK64
+    v3 = _rotl(v3, 21) ^ v0
+    v2 = (v2 + v1) & MASK64
+    v1 = _rotl(v1, 17) ^ v2
+    v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+def siphash24(key: bytes, data: bytes) -> int:
+    """SipHash-2-4 (Aumasson and Bernstein 2012) of ``data`` under the 16-byte ``key``."""
+    k0, k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:16], "little")
+    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573]
+    end = len(data) - len(data) % 8
+    words = [int.from_bytes(data[i : i + 8], "little") for i in range(0, end, 8)]
+    words.append(((len(data) & 0xFF) << 56) | int.from_bytes(data[end:], "little"))
+    for m in words:
+        v[3] ^= m
+        v = list(_sipround(*_sipround(*v)))
+        v[0] ^= m
+    v[2] ^= 0xFF
+    for _ in range(4):
+        v = list(_sipround(*v))
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def hash_value(text: str, key: str) -> int:
+    """``pandas.util.hash_array`` of one string: SipHash-2-4, then pandas' 64-bit mix."""
+    h = siphash24(key.encode("utf-8"), text.encode("utf-8", "surrogatepass"))
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & MASK64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & MASK64
+    return h ^ (h >> 31)
+
+
+def _missing(value: object) -> bool:
+    return value is None or value == "" or (isinstance(value, float) and value != value)
+
+
+def _as_text(value: object) -> str:
+    """A categorical value as the readers read it: an integral float ``3.0`` is ``"3"``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class RowScorer:
+    """Click probabilities of raw rows (dicts of column -> value) with ``preprocess.json``'s rules."""
+
+    def __init__(self, model: torch.nn.Module, preprocess: dict) -> None:
+        self.model, self.pre = model, preprocess
+        self.oov = int(preprocess["oov_id"])
+        # hash -> id for counted vocabularies: the value at position i has id i + 2
+        self.vocabs = {f["name"]: {h: i + 2 for i, h in enumerate(f["hashes"])}
+                       for f in preprocess["sparse"] if f["encoding"] == "vocab"}
+
+    def dense_value(self, feature: dict, value: object) -> float:
+        """Missing -> 0, then the reader's transform: ``log1p`` of ``max(x, 0)`` (Criteo) or
+        ``sign(x) log1p(|x|)`` (tabular)."""
+        x = 0.0 if _missing(value) else float(value)
+        if feature["transform"] == "log1p":
+            return math.log1p(max(x, 0.0))
+        if feature["transform"] == "signed_log1p":
+            return math.copysign(math.log1p(abs(x)), x)
+        return x
+
+    def sparse_id(self, feature: dict, value: object) -> int:
+        if _missing(value):
+            return 0
+        if feature["encoding"] == "id":
+            i = int(value)
+            return i if 0 <= i < feature["size"] else self.oov
+        h = hash_value(_as_text(value), feature["key"])
+        if feature["encoding"] == "hash":
+            return h % (feature["buckets"] - 1) + 1
+        return self.vocabs[feature["name"]].get(h, self.oov)
+
+    def features(self, rows: list) -> tuple:
+        """``(dense (B, n_dense) float32, sparse_ids (B, n_sparse) int64)``; a missing column is missing."""
+        dense = [[self.dense_value(f, r.get(f["name"])) for f in self.pre["dense"]] for r in rows]
+        ids = [[self.sparse_id(f, r.get(f["name"])) for f in self.pre["sparse"]] for r in rows]
+        n_dense, n_sparse = len(self.pre["dense"]), len(self.pre["sparse"])
+        return (torch.tensor(dense, dtype=torch.float32).reshape(len(rows), n_dense),
+                torch.tensor(ids, dtype=torch.int64).reshape(len(rows), n_sparse))
+
+    @torch.no_grad()
+    def __call__(self, rows: list) -> torch.Tensor:
+        """Click probabilities ``(B,)`` of ``rows``."""
+        dense, ids = self.features(rows)
+        return torch.sigmoid(self.model(dense, ids))

@@ -1,0 +1,33 @@
+"""The MLflow pyfunc of an exported model: raw feature columns in, click probabilities out.
+
+MLflow logs this file as the model's code ("models from code"), beside the export directory as
+the artifact ``export``; loading it needs MLflow and torch, not rankitect: the export's
+``model.py`` holds the network, its weights reader and the feature preprocessing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+
+class RawRowsModel(PythonModel):
+    """``predict(DataFrame of raw columns) -> list of click probabilities``."""
+
+    def load_context(self, context: Any) -> None:
+        directory = context.artifacts["export"]
+        spec = importlib.util.spec_from_file_location("rankitect_exported_model", f"{directory}/model.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self.scorer = module.load_scorer(directory)
+
+    # No annotations on purpose: MLflow reads predict's type hints as a schema and warns on a DataFrame.
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
+        rows = model_input.to_dict(orient="records") if hasattr(model_input, "to_dict") else list(model_input)
+        return self.scorer(rows).tolist()
+
+
+mlflow.models.set_model(RawRowsModel())
