@@ -122,9 +122,13 @@ def _log_winner_model(runner: Any, outcome: Any) -> None:
     if outcome.best is None or not runner.owner:
         return
     with tempfile.TemporaryDirectory() as tmp:
-        files = runner.tracker.fetch_model_files(outcome.parent_run_id, f"{tmp}/files")
-        export_from_files(files.genotype, files.spec, files.weights, f"{tmp}/export", data=runner.data)
-        uri = runner.tracker.log_raw_rows_model(files.run_id, f"{tmp}/export")
+        try:
+            files = runner.tracker.fetch_model_files(outcome.parent_run_id, f"{tmp}/files")
+            export_from_files(files.genotype, files.spec, files.weights, f"{tmp}/export", data=runner.data)
+            uri = runner.tracker.log_raw_rows_model(files.run_id, f"{tmp}/export")
+        except (UserError, ValueError, OSError) as e:  # the search is done: say why, lose nothing
+            print(f"winner not logged as an MLflow model: {e}")
+            return
     print(f"winner logged as an MLflow model of run {files.run_id}: mlflow.pyfunc.load_model({uri!r}) "
           "scores a DataFrame of raw feature columns")
 
