@@ -119,8 +119,8 @@ def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(
                               f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
     pruned = [r for r in runs if r.data.tags.get("rankitect.status") == "pruned"]
     assert len(pruned) == 1 and pruned[0].info.status == "KILLED"
-    curve = client.get_metric_history(pruned[0].info.run_id, "curve/val_ne")
-    assert [m.value for m in curve] == [0.9]  # the partial curve: one validation before it was stopped
+    curve = client.get_metric_history(pruned[0].info.run_id, "val/ne")
+    assert {(m.step, m.value) for m in curve} == {(32, 0.9)}  # the partial curve: one epoch's validation
     assert not outcome.table.loc[outcome.table["status"] == "pruned", "winner"].any()
     if shared:  # the rung study lives in the shared storage; the pruned proposal holds no slot
         import optuna
