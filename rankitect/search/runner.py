@@ -21,7 +21,7 @@ from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
 from rankitect.search.checkpoint import SearchState, TrialRecord, folder_lock, load_state, process_key, save_state
-from rankitect.search.factory import objective_from_config, strategy_from_config
+from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 
@@ -73,6 +73,7 @@ class SearchRunner:
         from rankitect.space import get_space
         from rankitect.track import Tracker
 
+        check_names(cfg.search)  # before the data set is opened (and maybe cached)
         self.cfg, self.echo = cfg, echo
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars

@@ -43,6 +43,8 @@ class BatchStream(IterableDataset):
         self.split, self.batch_size, self.shuffle, self.seed, self.repeat = split, batch_size, shuffle, seed, repeat
 
     def __iter__(self) -> Iterator[Batch]:
+        if len(self.split) == 0:  # ``repeat`` would spin forever on zero batches
+            raise ValueError(f"the {getattr(self.split, 'name', '')} split is empty: nothing to iterate")
         epoch = 0
         while True:
             yield from self.split.batches(self.batch_size, shuffle=self.shuffle, seed=self.seed + epoch)
