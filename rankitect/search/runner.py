@@ -20,14 +20,16 @@ import pandas as pd
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
-from rankitect.search.checkpoint import SearchState, TrialRecord, folder_lock, load_state, process_key, save_state
+from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
+                                         save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 
 log = logging.getLogger(__name__)
 CHECKPOINT_TAG = "rankitect.checkpoint"
-TRIAL_TAG = "rankitect.trial"
+TRIAL_TAG = "rankitect.trial"  # the trial's number in its process's checkpoint
+TRIAL_ID_TAG = "rankitect.trial_id"  # unique across the processes of a shared search (reconcile uses it)
 PARENT_ATTR = "mlflow_parent_run_id"
 SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
@@ -210,7 +212,7 @@ class SearchRunner:
     def _record(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
         """Checkpoint the finished trial first, then log its child run, then checkpoint again."""
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
-                             result=out.result.to_dict())
+                             result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)
         if self.strategy is not None:
             self.state.strategy = self.strategy.state_dict()
@@ -228,7 +230,7 @@ class SearchRunner:
         arch, result = Architecture.from_dict(record.arch), TrialResult.from_dict(record.result)
         baseline = record.name if record.kind == "baseline" else None
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result,
-                                               {TRIAL_TAG: str(record.number)}, baseline=baseline)
+                                               _trial_tags(record), baseline=baseline)
         from mlflow.entities import Metric
 
         metrics = [Metric(f"curve/{k.replace('/', '_')}", v, 0, int(h["step"]))
@@ -267,39 +269,45 @@ class SearchRunner:
         return trials
 
     def _reconcile(self) -> None:
-        """Log trials the checkpoint holds but MLflow may not (killed between the two writes)."""
+        """Log trials the checkpoint holds but MLflow may not (killed between the two writes).
+
+        A half-written child run is found by the trial's global ``trial_id`` (in a shared search
+        every process numbers its trials from 0, so a number would also match other processes' runs).
+        """
         for record in self.state.trials:
             if record.run_id is not None:
                 continue
-            query = f"tags.`mlflow.parentRunId` = '{self.state.parent_run_id}' and tags.`{TRIAL_TAG}` = '{record.number}'"
-            found = self.tracker.client.search_runs([self.tracker.experiment_id], query)
-            for run in found:  # a half-written child of the killed process: replace it
-                self.tracker.client.delete_run(run.info.run_id)
+            if record.trial_id is not None:
+                query = f"tags.`{TRIAL_ID_TAG}` = '{record.trial_id}'"
+            elif not self.cfg.search.storage:  # an older checkpoint: its numbers are unique in its search
+                query = f"tags.`{TRIAL_TAG}` = '{record.number}'"
+            else:
+                query = None
+            if query is not None:
+                query += f" and tags.`mlflow.parentRunId` = '{self.state.parent_run_id}'"
+                for run in self.tracker.client.search_runs([self.tracker.experiment_id], query):
+                    self.tracker.client.delete_run(run.info.run_id)  # half-written by the killed process
             self._log_child(record, [])
             save_state(self.path, self.state)
 
     def _start(self) -> SearchState:
-        parent = self._shared_parent() if self.cfg.search.storage else None
-        self.owner = parent is None
-        if parent is None:
-            parent = self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
-            if self.cfg.search.storage:
-                parent = self._claim_shared_parent(parent)
+        if not self.cfg.search.storage:
+            return SearchState(parent_run_id=self._new_parent(), config=to_dict(self.cfg))
+        from rankitect.search._optuna import storage_lock
+
+        # The first process to look opens the shared parent run; the lock makes "look, then open
+        # and publish" one step, so processes started together agree on one parent.
+        with storage_lock(self.cfg.search.storage):
+            study = _load_study(self.cfg)
+            parent = study.user_attrs.get(PARENT_ATTR)
+            self.owner = parent is None
+            if parent is None:
+                parent = self._new_parent()
+                study.set_user_attr(PARENT_ATTR, parent)
         return SearchState(parent_run_id=parent, config=to_dict(self.cfg))
 
-    def _shared_parent(self) -> str | None:
-        return _load_study(self.cfg).user_attrs.get(PARENT_ATTR)
-
-    def _claim_shared_parent(self, mine: str) -> str:
-        """First process to set the study's parent run wins; a loser deletes its own parent."""
-        study = _load_study(self.cfg)
-        if PARENT_ATTR not in study.user_attrs:
-            study.set_user_attr(PARENT_ATTR, mine)
-        winner = _load_study(self.cfg).user_attrs[PARENT_ATTR]
-        if winner != mine:
-            self.tracker.client.delete_run(mine)
-            self.owner = False
-        return winner
+    def _new_parent(self) -> str:
+        return self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
 
     # --- weights --------------------------------------------------------------------------------
 
@@ -379,6 +387,13 @@ def _as_completed(pending: dict[Future, Any]):
             yield f
 
 
+def _trial_tags(record: TrialRecord) -> dict[str, str]:
+    tags = {TRIAL_TAG: str(record.number)}
+    if record.trial_id is not None:
+        tags[TRIAL_ID_TAG] = record.trial_id
+    return tags
+
+
 def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
     r = TrialResult.from_dict(record.result)
     head = f"[{n_done}/{n_total}]" if record.kind == "candidate" else "[baseline]"
@@ -389,19 +404,17 @@ def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
 
 
 def _load_study(cfg: Config) -> Any:
-    from rankitect.search._optuna import import_optuna
+    from rankitect.search._optuna import load_shared_study
 
-    optuna = import_optuna()
-    return optuna.load_study(study_name=cfg.search.study_name, storage=cfg.search.storage)
+    return load_shared_study(cfg.search.storage, cfg.search.study_name)
 
 
 def shared_trial_count(storage: str, study_name: str | None) -> int:
     """Proposals recorded in a shared study by every process (duplicates of earlier ones excluded)."""
-    from rankitect.search._optuna import counts, import_optuna
+    from rankitect.search._optuna import counts, load_shared_study
 
-    optuna = import_optuna()
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
+        study = load_shared_study(storage, study_name)
     except KeyError:
         return 0
     return sum(1 for t in study.get_trials(deepcopy=False) if counts(t))

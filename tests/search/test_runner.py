@@ -19,6 +19,7 @@ from rankitect.search.checkpoint import load_state
 from rankitect.search.runner import SearchRunner
 
 from .pg_server import postgres_server
+from .together import start_together
 
 TINY = [
     "data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
@@ -169,9 +170,7 @@ def test_two_processes_share_one_postgresql_study(env: dict[str, str], tmp_path:
 
 def _two_processes_share_one_search(storage: str, env: dict[str, str], tmp_path: Path) -> None:
     cmd = _search_cmd("--strategy", "random", "--trials", "4", "--storage", storage, "--study-name", "shared")
-    first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # let the first create the study; the second must join it, not race it
-    second = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first, second = start_together([cmd[3:]] * 2, env, tmp_path)  # both start on a fresh storage at once
     outs = [p.communicate(timeout=600) for p in (first, second)]
     for p, (out, err) in zip((first, second), outs):
         assert p.returncode == 0, err[-2000:]
