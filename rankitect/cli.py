@@ -17,6 +17,7 @@ from typing import Any
 from rankitect.cli_models import cmd_export, cmd_finetune, cmd_probe, cmd_train, set_threads
 from rankitect.config import Config, load_config
 from rankitect.errors import UserError
+from rankitect.signals import Stopped
 
 Handler = Callable[[argparse.Namespace, Config], int]
 
@@ -79,14 +80,15 @@ def _print_description(desc: dict[str, Any]) -> None:
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.search.runner import SearchRunner, runner_class
 
-    set_threads(cfg)
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
         print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "
               "fp32 (a cold compile costs more than a few hundred steps save: bench/runtime_bench.py)")
     if args.resume:
         runner = SearchRunner.resume(args.resume, cfg, _flag_overrides(args, args.flags) + list(args.overrides))
     else:
+        set_threads(cfg)
         runner = runner_class(cfg.search.strategy)(cfg)
+    set_threads(runner.cfg)  # a resumed search: its saved runtime.threads, unless overridden
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}")
     outcome = runner.run()
@@ -243,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"rankitect: error: {e}", file=sys.stderr)
         return 2
+    except Stopped as e:  # SIGTERM or SIGINT during a search: it said how to resume
+        print(f"rankitect: stopped by {e.name}", file=sys.stderr)
+        return int(e.code)
     except KeyboardInterrupt:
         print("rankitect: interrupted", file=sys.stderr)
         return 130

@@ -31,12 +31,26 @@ HASH_ATTR = "genotype_hash"
 GENOTYPE_ATTR = "genotype"
 DUPLICATE_ATTR = "duplicate_of"
 OVER_BUDGET_ATTR = "over_budget"  # proposed after a shared search's trials were all taken: never run
+STOPPED_ATTR = "stopped"  # running when its process was stopped by a signal: free to be proposed again
+NOT_COUNTED = (DUPLICATE_ATTR, OVER_BUDGET_ATTR, STOPPED_ATTR)
 
 
 def counts(trial: Any) -> bool:
-    """Whether ``trial`` is a proposal of its own: a genotype, neither a duplicate nor over budget."""
+    """Whether ``trial`` is a proposal of its own: a genotype, not a duplicate, not over budget,
+    not stopped half-way."""
     attrs = trial.user_attrs
-    return HASH_ATTR in attrs and DUPLICATE_ATTR not in attrs and OVER_BUDGET_ATTR not in attrs
+    return HASH_ATTR in attrs and not any(a in attrs for a in NOT_COUNTED)
+
+
+def release_running(storage: str, study_name: str | None, hashes: list[str], why: str) -> None:
+    """Fail the running trials of ``hashes`` (a stopped process's) as :data:`STOPPED_ATTR`, so they
+    hold no slot of the shared budget and a resumed search may propose them again."""
+    optuna = import_optuna()
+    study = load_shared_study(storage, study_name)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if counts(t) and t.user_attrs[HASH_ATTR] in hashes:
+            optuna.trial.Trial(study, t._trial_id).set_user_attr(STOPPED_ATTR, why)
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
 
 
 def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budget: int) -> bool:

@@ -23,6 +23,7 @@ from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_ha
 from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
                                          save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
+from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 
@@ -77,6 +78,8 @@ class SearchRunner:
 
         check_names(cfg.search)  # before the data set is opened (and maybe cached)
         self.cfg, self.echo = cfg, echo
+        self.guard = StopGuard()  # replaced by the installed one while ``run`` runs
+        self.running: dict[str, tuple[str, Architecture]] = {}  # name -> (kind, arch): trials in flight
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
@@ -124,14 +127,46 @@ class SearchRunner:
         return self.cfg.search.trials
 
     def run(self) -> SearchOutcome:
+        """Run the search to its end; SIGTERM or SIGINT stop it cleanly (see :meth:`_stopped`) and
+        raise :class:`~rankitect.signals.Stopped` (exit status 128 + the signal)."""
         runner = self._trial_runner()
-        try:
-            self._reconcile()
-            self._run_baselines(runner)
-            self._run_candidates(runner)
-        finally:
-            runner.close()
-        return self._finish()
+        with stop_on_signals() as self.guard:
+            try:
+                self._reconcile()
+                self._run_baselines(runner)
+                self._run_candidates(runner)
+                return self._finish()
+            except Stopped as stop:
+                runner.abort()
+                with self.guard.deferred():
+                    self._stopped(stop)
+                raise
+            finally:
+                runner.close()
+
+    def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture) -> Future:
+        """Start a trial, noting it as running until :meth:`_record` writes it."""
+        self.running[name] = (kind, arch)
+        return runner.submit(arch, self.train_cfg, self._weights_path(name))
+
+    def _stopped(self, stop: Stopped) -> None:
+        """After a signal: this process's running trials become KILLED child runs (and leave the
+        shared budget), the parent run is KILLED (by its owner), and the checkpoint, rewritten after
+        every finished trial, is where ``--resume`` continues."""
+        why = f"stopped by {stop.name}"
+        for name, (kind, arch) in self.running.items():
+            self.tracker.log_trial(self.state.parent_run_id, arch, TrialResult.failure(why), {TRIAL_TAG: "stopped"},
+                                   baseline=name if kind == "baseline" else None, status="KILLED")
+        if self.cfg.search.storage and self.running:
+            from rankitect.search._optuna import release_running
+
+            release_running(self.cfg.search.storage, self.cfg.search.study_name, list(self.running), why)
+        self.running.clear()
+        save_state(self.path, self.state)
+        if self.owner:
+            self.tracker.client.set_terminated(self.state.parent_run_id, "KILLED")
+        self.echo(f"search {why}: {len(self.state.candidates())} candidates finished; continue it with "
+                  f"rankitect search --resume {self.state.parent_run_id}")
 
     def _trial_runner(self) -> InlineRunner | TrialPool:
         if self.cfg.search.workers > 1:
@@ -151,7 +186,7 @@ class SearchRunner:
             if arch.hash in done:
                 continue
             self.echo(f"{label}: retraining {arch.hash} from scratch")
-            future = runner.submit(arch, self.train_cfg, self._weights_path(arch.hash))
+            future = self._submit(runner, "candidate", arch.hash, arch)
             self._record("candidate", arch.hash, arch, trial_output(future))
             done.add(arch.hash)
 
@@ -166,7 +201,7 @@ class SearchRunner:
         pending: dict[Future, tuple[str, Architecture]] = {}
         for name in todo:
             arch = get_baseline(name, self.data.spec)
-            pending[runner.submit(arch, self.train_cfg, self._weights_path(name))] = (name, arch)
+            pending[self._submit(runner, "baseline", name, arch)] = (name, arch)
         for future in _as_completed(pending):
             name, arch = pending[future]
             self._record("baseline", name, arch, trial_output(future))
@@ -185,7 +220,7 @@ class SearchRunner:
                 if not self._within_shared_budget(arch):
                     exhausted = True  # another process took the last trial at the same moment
                     break
-                pending[runner.submit(arch, self.train_cfg, self._weights_path(arch_hash(arch)))] = arch
+                pending[self._submit(runner, "candidate", arch_hash(arch), arch)] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -210,7 +245,13 @@ class SearchRunner:
     # --- recording -------------------------------------------------------------------------------
 
     def _record(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
-        """Checkpoint the finished trial first, then log its child run, then checkpoint again."""
+        """Checkpoint the finished trial first, then log its child run, then checkpoint again
+        (a signal arriving meanwhile stops the search once the trial is written)."""
+        with self.guard.deferred():
+            self._write(kind, name, arch, out)
+
+    def _write(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
+        self.running.pop(name, None)
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
                              result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)

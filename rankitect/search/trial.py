@@ -122,6 +122,9 @@ class InlineRunner:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        pass
+
 
 class TrialPool:
     """``workers`` processes, each with the data set opened once (memory-mapped, so shared).
@@ -148,6 +151,15 @@ class TrialPool:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop now: queued trials are cancelled and running ones end with their workers."""
+        workers = list((self.executor._processes or {}).values())  # no public handle on them
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for p in workers:
+            p.terminate()
+        for p in workers:
+            p.join()
 
 
 def trial_output(future: Future) -> TrialOutput:

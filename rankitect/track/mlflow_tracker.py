@@ -132,12 +132,13 @@ class Tracker:
 
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
-        *, baseline: str | None = None,
+        *, baseline: str | None = None, status: str | None = None,
     ) -> str:
         """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
 
         ``result`` is a ``rankitect.search.TrialResult`` (or has its attributes); returns the run id.
-        Without ``parent_id`` the run stands alone (``rankitect train``).
+        Without ``parent_id`` the run stands alone (``rankitect train``). ``status`` (default:
+        FINISHED if the result is ok, else FAILED) may be KILLED: a trial its search was stopped in.
         """
         h = _hash_of(arch)
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
@@ -151,7 +152,7 @@ class Tracker:
         metrics = {k: float(getattr(result, a)) for k, a in METRICS.items() if getattr(result, a) is not None}
         self._log(run_id, params={"genotype_hash": h}, metrics=metrics)
         self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
-        self.client.set_terminated(run_id, "FINISHED" if result.status == "ok" else "FAILED")
+        self.client.set_terminated(run_id, status or ("FINISHED" if result.status == "ok" else "FAILED"))
         return run_id
 
     def log_model_files(self, run_id: str, weights: str | Path, spec_file: str | Path) -> None:
@@ -198,7 +199,8 @@ class Tracker:
 
         h = search_run.data.tags.get("best_genotype_hash")
         query = f"tags.`{PARENT}` = '{search_run.info.run_id}' and tags.genotype_hash = '{h}'"
-        found = [r for r in self._search(query) if r.data.tags.get(KIND) == "candidate"] if h else []
+        found = [r for r in self._search(query)
+                 if r.data.tags.get(KIND) == "candidate" and r.info.status == "FINISHED"] if h else []
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
         return found[0]
