@@ -12,7 +12,9 @@ import torch
 from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import UserError
+from rankitect.export.exporter import read_state_dict
 from rankitect.space.architecture import Architecture
+from rankitect.track.weights import save_weights
 
 FROM_TAG = "rankitect.finetuned_from"
 
@@ -78,15 +80,15 @@ def finetune(
             if from_supernet:
                 model.load_state_dict(supernet_weights(tracker, files.run_id, arch, Path(tmp) / "supernet"))
             elif not from_scratch:
-                model.load_state_dict(torch.load(files.weights, weights_only=True))
+                model.load_state_dict(read_state_dict(files.weights))  # unreadable: a one-line DataError
             before = score(model, data, cfg)
             out = train_model(model, data, cfg, runtime=runtime)
         c = cost(arch, data.spec)
         result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
         new_id = tracker.log_trial(None, arch, result, {FROM_TAG: files.run_id, "rankitect.command": "finetune",
                                                        "rankitect.start": _start(from_scratch, from_supernet)})
-        weights, spec_file = Path(tmp) / "finetuned.pt", Path(tmp) / "spec.json"
-        torch.save(model.state_dict(), weights)
+        weights = save_weights(model.state_dict(), Path(tmp) / "finetuned.safetensors")
+        spec_file = Path(tmp) / "spec.json"
         data.spec.save(spec_file)
         tracker.log_model_files(new_id, weights, spec_file)
     return FinetuneOutcome(new_id, files.run_id, before, out.metrics)

@@ -252,6 +252,7 @@ class SearchRunner:
 
     def _write(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
         self.running.pop(name, None)
+        kept_before = {t.name for t in self._kept()}
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
                              result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)
@@ -262,7 +263,7 @@ class SearchRunner:
         save_state(self.path, self.state)
         if self.cfg.search.storage:
             self._share(record)
-        self._prune_weights()
+        self._keep_weights(kept_before)
         self.echo(_trial_line(record, len(self.state.candidates()), self.candidate_budget()))
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
@@ -350,10 +351,11 @@ class SearchRunner:
     def _new_parent(self) -> str:
         return self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
 
-    # --- weights --------------------------------------------------------------------------------
+    # --- weights: the kept ones live in the MLflow artifact store only --------------------------
 
     def _weights_path(self, name: str) -> str:
-        return str(self.out_dir / "weights" / f"{name}.pt")
+        """Where a trial leaves its trained weights until :meth:`_keep_weights` moves or drops them."""
+        return str(self.out_dir / "weights" / f"{name}.safetensors")
 
     def _kept(self) -> list[TrialRecord]:
         """Every baseline and the ``keep_top_k`` best ok candidates by objective."""
@@ -361,30 +363,37 @@ class SearchRunner:
         ok.sort(key=lambda t: self.objective(TrialResult.from_dict(t.result)))
         return self.state.baselines() + ok[: self.cfg.search.keep_top_k]
 
-    def _prune_weights(self) -> None:
-        keep = {Path(self._weights_path(t.name)).name for t in self._kept()}
-        mine = {Path(self._weights_path(t.name)).name for t in self.state.trials}  # never another process's
-        folder = self.out_dir / "weights"
-        for f in folder.glob("*.pt") if folder.is_dir() else ():
-            if f.name in mine and f.name not in keep:
-                f.unlink()
+    def _keep_weights(self, kept_before: set[str]) -> None:
+        """Move the weights of this process's kept trials to their child runs (``model/``), delete
+        the others, and take them off a candidate that fell out of the kept set (``kept_before``).
+        Another process's trials (a shared search shares the folder) are never touched."""
+        mine = {t.name: t for t in self.state.trials}
+        kept = {t.name for t in self._kept()}
+        for name, t in mine.items():
+            path = Path(self._weights_path(name))
+            if not path.is_file():
+                continue
+            if name in kept and t.run_id:
+                self.tracker.log_model_files(t.run_id, path, self._spec_file())
+            if t.run_id or name not in kept:  # a kept trial not yet logged keeps its file for resume
+                path.unlink()
+        for name in kept_before - kept:
+            if mine[name].run_id:
+                self.tracker.delete_model_files(mine[name].run_id)
 
-    def _log_weights(self) -> None:
-        """Attach the kept weights and the feature spec to their child runs (``model/``)."""
-        spec_file = self.out_dir / "feature_spec.json"
-        self.data.spec.save(spec_file)
-        self.tracker.log_artifact(self.state.parent_run_id, spec_file)
-        for t in self._kept():
-            path = Path(self._weights_path(t.name))
-            if t.run_id and path.is_file():
-                self.tracker.log_model_files(t.run_id, path, spec_file)
+    def _spec_file(self) -> Path:
+        path = self.out_dir / "feature_spec.json"
+        if not path.is_file():
+            self.data.spec.save(path)
+        return path
 
     # --- the end ---------------------------------------------------------------------------------
 
     def _finish(self) -> SearchOutcome:
         self.state.done = True
         save_state(self.path, self.state)
-        self._log_weights()
+        self._keep_weights(set())  # weights a kill left behind before they reached their run
+        self.tracker.log_artifact(self.state.parent_run_id, self._spec_file())
         # Processes of one shared search finish into one folder and parent run: the table is read
         # and written under a lock, so the last writer has read every trial shared before it.
         with folder_lock(self.out_dir):

@@ -60,11 +60,8 @@ def candidate_cost(arch: Architecture, data: Any) -> tuple[float, int]:
 def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None) -> TrialOutput:
     """Cost, train and score ``arch`` on ``data``; failures are returned, not raised.
 
-    With ``weights_path`` the trained model's ``state_dict`` is saved there (``torch.save`` of
-    tensors only, so ``torch.load(..., weights_only=True)`` reads it).
+    With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors.
     """
-    import torch
-
     from rankitect.train.loop import train_architecture
 
     start = time.perf_counter()
@@ -74,8 +71,9 @@ def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str
         out = train_architecture(arch, data, cfg)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds)
         if weights_path is not None:
-            Path(weights_path).parent.mkdir(parents=True, exist_ok=True)
-            torch.save(out.model.state_dict(), weights_path)
+            from rankitect.track.weights import save_weights
+
+            save_weights(out.model.state_dict(), weights_path)
         return TrialOutput(result=result, history=out.history)
     except (KeyboardInterrupt, SystemExit):
         raise

@@ -31,6 +31,7 @@ import yaml
 
 from rankitect.config import flatten
 from rankitect.track.store import artifact_root, resolve_uri
+from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -39,7 +40,7 @@ KIND, STRATEGY, SPACE = "rankitect.kind", "rankitect.strategy", "rankitect.space
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
-MODEL_DIR, WEIGHTS_FILE, SPEC_FILE = "model", "state_dict.pt", "feature_spec.json"
+MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -156,14 +157,25 @@ class Tracker:
         return run_id
 
     def log_model_files(self, run_id: str, weights: str | Path, spec_file: str | Path) -> None:
-        """Attach trained weights and the feature spec to a run as ``model/state_dict.pt`` and
-        ``model/feature_spec.json`` (what export, finetune and probe read back)."""
+        """Attach trained weights and the feature spec to a run as ``model/model.safetensors`` (see
+        :func:`~rankitect.track.weights.save_weights`) and ``model/feature_spec.json`` (what
+        export, finetune and probe read back). The run's artifact store holds the only copy."""
+        if Path(weights).suffix != ".safetensors":
+            raise ValueError(f"{weights}: kept weights are safetensors files")
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / MODEL_DIR
             folder.mkdir()
             shutil.copyfile(weights, folder / WEIGHTS_FILE)
             shutil.copyfile(spec_file, folder / SPEC_FILE)
             self.client.log_artifacts(run_id, str(folder), MODEL_DIR)
+
+    def delete_model_files(self, run_id: str) -> None:
+        """Remove what :meth:`log_model_files` attached to a run (a candidate no longer kept)."""
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        repo = get_artifact_repository(self.client.get_run(run_id).info.artifact_uri)
+        if any(f.path == MODEL_DIR for f in repo.list_artifacts()):
+            repo.delete_artifacts(MODEL_DIR)
 
     def fetch_model_files(self, run_id: str, dst: str | Path) -> ModelFiles:
         """Download a run's genotype, weights and feature spec into ``dst``.
@@ -184,7 +196,10 @@ class Tracker:
         except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
             raise UserError(f"run {rid}: no trained weights were kept for it (only the top candidates "
                             f"and the baselines keep theirs): {type(e).__name__}") from None
-        return ModelFiles(rid, Path(genotype), Path(folder) / WEIGHTS_FILE, Path(folder) / SPEC_FILE)
+        weights = Path(folder) / WEIGHTS_FILE
+        if not weights.is_file():
+            weights = Path(folder) / LEGACY_WEIGHTS_FILE
+        return ModelFiles(rid, Path(genotype), weights, Path(folder) / SPEC_FILE)
 
     def _get_run(self, run_id: str) -> Any:
         from rankitect.errors import UserError

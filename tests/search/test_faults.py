@@ -135,3 +135,30 @@ def test_a_stopped_search_exits_128_plus_the_signal(env: dict[str, str], tmp_pat
     assert state.trials and all(runs[t.run_id].info.status == "FINISHED" for t in state.trials)
     assert len(runs) - len(state.trials) <= 1  # at most the trial it was running, KILLED
     assert all(r.info.status == "KILLED" for rid, r in runs.items() if rid not in {t.run_id for t in state.trials})
+
+
+def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) -> None:
+    """keep_top_k=1 of four candidates: the best by validation NE (no FLOPs target, so the objective
+    is NE) and the baseline keep weights on their runs; every weight a candidate had while it led
+    was taken off its run again; the output folder holds no weights."""
+    from safetensors.torch import load_file
+
+    from rankitect.space import build_model
+    from rankitect.space.architecture import Architecture
+
+    cfg = load_config(overrides=[*TINY, "search.trials=4", "search.keep_top_k=1", "search.baselines=[dlrm]",
+                                 "train.steps=3"])
+    runner = SearchRunner(cfg, echo=lambda s: None)
+    outcome = runner.run()
+    runs = _children(outcome.parent_run_id)
+    with_model = {r.info.run_id for r in runs if "model" in {f.path for f in _client().list_artifacts(r.info.run_id)}}
+    cands = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate" and r.info.status == "FINISHED"]
+    best = min(cands, key=lambda r: r.data.metrics["val/ne"])
+    base = next(r for r in runs if r.data.tags["rankitect.kind"] == "baseline")
+    assert with_model == {best.info.run_id, base.info.run_id}
+    assert not list(outcome.out_dir.rglob("*.safetensors")) and not list(outcome.out_dir.rglob("*.pt"))
+    folder = _client().download_artifacts(best.info.run_id, "model", str(outcome.out_dir / "dl"))
+    state = load_file(f"{folder}/model.safetensors")
+    arch = Architecture.from_json(Path(_client().download_artifacts(best.info.run_id, "genotype.json",
+                                                                    str(outcome.out_dir / "dl"))).read_text())
+    assert set(state) == set(build_model(arch, runner.data.spec).state_dict())
