@@ -242,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = _flag_overrides(args, args.flags) + list(args.overrides)
         cfg = load_config(args.config, overrides)
         return int(args.handler(args, cfg) or 0)
-    except UserError as e:
-        print(f"rankitect: error: {e}", file=sys.stderr)
+    except UserError as e:  # one line, whatever a hostile value held
+        print(f"rankitect: error: {str(e).replace(chr(10), chr(92) + 'n')}", file=sys.stderr)
         return 2
     except Stopped as e:  # SIGTERM or SIGINT during a search: it said how to resume
         print(f"rankitect: stopped by {e.name}", file=sys.stderr)

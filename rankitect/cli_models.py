@@ -121,10 +121,14 @@ def _load_arch(ref: str, spec: Any) -> Any:
     path = Path(ref)
     if not path.is_file():
         raise UserError(f"--arch {ref}: no such file (give a genotype JSON or baseline:NAME)")
+    from rankitect.space.flops import cost
+
     try:
-        return Architecture.from_json(path.read_text())
+        arch = Architecture.from_json(path.read_text())
+        cost(arch, spec)  # builds it without weights: an unknown op, activation or size is refused here
     except (ValueError, TypeError, KeyError) as e:
         raise UserError(f"{path}: not a valid genotype: {e}") from None
+    return arch
 
 
 def cmd_export(args: argparse.Namespace, cfg: Config) -> int:

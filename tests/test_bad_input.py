@@ -20,6 +20,14 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def _error_line(err: str) -> str:
+    """The one error line a refused command prints (progress bars of data it read may precede it)."""
+    lines = [ln for ln in err.strip().replace("\r", "\n").splitlines() if ln.startswith("rankitect:")]
+    assert len(lines) == 1 and lines[0].startswith("rankitect: error: ") and "Traceback (most recent" not in err, err
+    assert err.strip().endswith(lines[0]), err
+    return lines[0]
+
+
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], root: Path) -> str:
     code = main(argv)
     err = capsys.readouterr().err
@@ -75,9 +83,8 @@ def test_a_data_set_with_an_empty_split_is_refused_by_every_command(sandbox: Pat
     if command[0] == "data":
         argv = command
     code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1, err
-    assert str(csv) in err and "split" in err and "empty" in err
+    err = _error_line(capsys.readouterr().err)
+    assert code == 2 and str(csv) in err and "split" in err and "empty" in err
     assert not (sandbox / "mlruns").exists()
 
 
@@ -90,3 +97,66 @@ def test_batch_stream_refuses_an_empty_split_instead_of_spinning(sandbox: Path) 
     empty.labels = empty.labels[:0]  # the stream asks the split for its length and its batches
     with pytest.raises(ValueError, match="train split is empty"):
         next(iter(BatchStream(empty, 8, shuffle=True, seed=0, repeat=True)))
+
+
+def _hostile_genotype(folder: Path, activation: str) -> Path:
+    from rankitect.space.baselines import get_baseline
+    from rankitect.space.testing import tiny_spec
+
+    d = get_baseline("dlrm", tiny_spec()).to_dict()
+    d["blocks"][0]["params"]["activation"] = activation
+    path = folder / "hostile.json"
+    path.write_text(__import__("json").dumps(d))
+    return path
+
+
+@pytest.mark.parametrize("activation", ['__import__("os").system("touch pwned")', "relu\nrankitect: error: forged"])
+def test_a_hostile_genotype_value_is_one_line_naming_the_file(sandbox: Path, capsys, activation: str) -> None:
+    path = _hostile_genotype(sandbox, activation)
+    code = main(["train", "--arch", str(path), "data.rows=300", "train.steps=1", "runtime.threads=1"])
+    err = _error_line(capsys.readouterr().err)
+    assert code == 2 and str(path) in err and "unknown activation" in err
+    assert not (sandbox / "pwned").exists() and not (sandbox / "mlruns").exists()
+
+
+def _run_with_weights(root: Path, weights: bytes) -> str:
+    """A tracked dlrm run whose kept weights file holds ``weights``."""
+    from rankitect.data import open_data
+    from rankitect.search.base import TrialResult
+    from rankitect.space.baselines import get_baseline
+    from rankitect.track import Tracker
+
+    data = open_data("synthetic", rows=300, seed=0)
+    tracker = Tracker()
+    run_id = tracker.log_trial(None, get_baseline("dlrm", data.spec), TrialResult.from_metrics({"val/ne": 0.9}, mflops=1.0))
+    (root / "model.safetensors").write_bytes(weights)
+    data.spec.save(root / "spec.json")
+    tracker.log_model_files(run_id, root / "model.safetensors", root / "spec.json")
+    return run_id
+
+
+@pytest.mark.parametrize("command", [["finetune", "--steps", "1"], ["probe"], ["export", "-o", "out"]])
+def test_unreadable_kept_weights_are_one_line(sandbox: Path, capsys, command: list[str]) -> None:
+    run_id = _run_with_weights(sandbox, b"\x80\x04not weights at all")
+    code = main([command[0], run_id, *command[1:], "data.rows=300", "runtime.threads=1"])
+    err = _error_line(capsys.readouterr().err)
+    assert code == 2 and "cannot read weights" in err and "model.safetensors" in err
+
+
+@pytest.mark.parametrize("target", ["a_file", "a_file/below"])
+def test_a_bad_export_target_is_one_line(sandbox: Path, capsys, target: str) -> None:
+    from rankitect.data import open_data
+    from rankitect.space import build_model
+    from rankitect.space.baselines import get_baseline
+    from rankitect.track.weights import save_weights
+
+    spec = open_data("synthetic", rows=300, seed=0).spec
+    run_id = _run_with_weights(sandbox, b"")
+    save_weights(build_model(get_baseline("dlrm", spec), spec).state_dict(), sandbox / "model.safetensors")
+    from rankitect.track import Tracker
+
+    Tracker().log_model_files(run_id, sandbox / "model.safetensors", sandbox / "spec.json")
+    (sandbox / "a_file").write_text("keep me\n")
+    code = main(["export", run_id, "-o", str(sandbox / target)])
+    err = _error_line(capsys.readouterr().err)
+    assert code == 2 and str(sandbox / target) in err and (sandbox / "a_file").read_text() == "keep me\n"
