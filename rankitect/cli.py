@@ -112,6 +112,13 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
         print(f"best architecture {outcome.best.hash}:")
         print(outcome.best.to_json(indent=2))
         print(f"written to {outcome.out_dir / 'best_genotype.json'}")
+    from rankitect.eval.pareto import verdict
+
+    print(verdict(outcome.table))
+    if outcome.spending:
+        spent = outcome.spending
+        parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
+        print(f"time: {spent['total'] / 60:.1f} min ({parts} min)")
     print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}; rankitect ui)")
 
 
@@ -158,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--strategy", help="random | evolution | tpe | nsga2 | oneshot | dnas")
     search.add_argument("--space", help="nasrec | engineer")
     search.add_argument("--trials", type=int, help="candidates to train")
-    search.add_argument("--steps", type=int, help="training steps per candidate")
+    search.add_argument("--steps", type=int, help="cap on training steps per candidate (default: epochs decide)")
+    search.add_argument("--time-budget", help="wall clock of the whole search, e.g. 90m, 4h")
     search.add_argument("--seed", type=int)
     search.add_argument("--target-mflops", type=float, help="FLOPs target of the penalty (MFLOPs/example)")
     search.add_argument("--workers", type=int, help="local worker processes")
@@ -169,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(handler=cmd_search, flags={
         "strategy": "search.strategy", "space": "search.space", "trials": "search.trials", "steps": "train.steps",
         "seed": "search.seed", "target_mflops": "search.target_mflops", "workers": "search.workers",
-        "storage": "search.storage", "study_name": "search.study_name"})
+        "storage": "search.storage", "study_name": "search.study_name",
+        "time_budget": "search.time_budget"})
 
     train = sub.add_parser("train", help="train one architecture and log it to MLflow")
     train.add_argument("--arch", required=True, help="a genotype JSON file or baseline:NAME")

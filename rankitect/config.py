@@ -48,17 +48,25 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """How one candidate is trained and evaluated."""
+    """How every model is trained and evaluated: one protocol (see :mod:`rankitect.train.protocol`).
 
-    steps: int = 300
+    Training runs at most ``max_epochs`` passes over the train split (``steps``, when set, caps the
+    batches), validates on the whole validation split every epoch (every ``val_every`` steps when
+    set; automatically more often on large data), stops after ``patience`` validations without a
+    better validation NE, and restores the best validated weights before the test.
+    """
+
+    max_epochs: int = 20
+    steps: int | None = None  # optional cap on training steps (batches); None: max_epochs decides
+    patience: int = 2  # validations without a better validation NE before stopping; 0 = never stop early
     batch_size: int = 512
     lr_dense: float = 1e-3
     lr_sparse: float = 0.05
     weight_decay: float = 0.0
-    val_every: int = 100
-    val_batches: int = 20  # 0 = the whole validation split
+    val_every: int = 0  # training steps between validations; 0 = every epoch (more often on large data)
+    val_batches: int = 0  # 0 = the whole validation split
     test_batches: int = 0  # 0 = the whole test split
-    warmup_steps: int = 150  # validation NE above 1 fails a trial only from this step on (NaN: any step)
+    warmup_steps: int = 0  # validation NE above 1 ends training only from this step on (NaN: any step)
     seed: int = 0
     progress: bool = True
 
@@ -109,6 +117,10 @@ class SearchConfig:
     trials: int = 16
     seed: int = 0
     target_mflops: float | None = None
+    time_budget: str | float | None = None  # wall clock of the whole search, e.g. "90m", "4h", "3600" (seconds); None: trials decide
+    pruning: Literal["asha", "none"] = "asha"  # stop unpromising candidates early (asynchronous successive halving)
+    pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
+    pruning_min_validations: int = 1  # validations before a candidate may first be pruned (rungs at this x reduction^k)
     penalty: Literal["absolute", "relaxed"] = "relaxed"
     penalty_weight: float = 0.1
     workers: int = 1

@@ -95,7 +95,7 @@ def test_batch_stream_refuses_an_empty_split_instead_of_spinning(sandbox: Path) 
     data = open_data("synthetic", rows=200, seed=0)
     empty = data.split("train")
     empty.labels = empty.labels[:0]  # the stream asks the split for its length and its batches
-    with pytest.raises(ValueError, match="train split is empty"):
+    with pytest.raises(ValueError, match="train split has no rows"):
         next(iter(BatchStream(empty, 8, shuffle=True, seed=0, repeat=True)))
 
 

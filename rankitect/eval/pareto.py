@@ -108,6 +108,30 @@ def pareto_table(
     return df.sort_values(y, kind="stable", na_position="last").reset_index(drop=True)
 
 
+def verdict(df: pd.DataFrame, y: str = "test_ne") -> str:
+    """One plain sentence: the winner's relative ``y`` difference to the best baseline, with its sign,
+    or that no candidate beat the best baseline.
+
+    ``df`` is a :func:`pareto_table`; the best baseline is the ok baseline with the lowest ``y``.
+    """
+    ok = df[df["status"] == "ok"]
+    cands, bases = ok[ok["kind"] == "candidate"], ok[ok["kind"] == "baseline"]
+    win = ok[ok["winner"]]
+    best_cand = win.iloc[0] if len(win) and win.iloc[0]["kind"] == "candidate" else (
+        cands.loc[cands["objective"].idxmin()] if len(cands) else None)
+    if best_cand is None:
+        return "no candidate finished: nothing to compare with the baselines"
+    if not len(bases):
+        return f"winner {best_cand['name']}: {y} {best_cand[y]:.4f} (no baseline to compare with)"
+    base = bases.loc[bases[y].idxmin()]
+    change = 100 * (best_cand[y] / base[y] - 1)
+    head = (f"{best_cand['name']}: {y} {best_cand[y]:.4f}, {change:+.2f}% vs the best baseline "
+            f"{base['name']} ({base[y]:.4f})")
+    if change < 0:
+        return f"winner {head}"
+    return f"no candidate beat the best baseline; the best candidate is {head}"
+
+
 FIGSIZE, DPI = (9.0, 5.4), 120  # the PNG is FIGSIZE * DPI pixels: 1080 x 648
 AXES_RECT = (0.085, 0.105, 0.66, 0.77)  # left, bottom, width, height; the legend sits to the right
 # Label offsets in points, nearest first: at each distance, beside the point before above or below

@@ -53,6 +53,12 @@ def release_running(storage: str, study_name: str | None, hashes: list[str], why
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
 
 
+def takes_budget(trial: Any) -> bool:
+    """Whether ``trial`` holds one of a shared search's ``search.trials`` slots: a proposal of its
+    own (:func:`counts`) that was not pruned (a pruned trial gives its slot back)."""
+    return counts(trial) and trial.state.name != "PRUNED"
+
+
 def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budget: int) -> bool:
     """Whether the running proposal of ``genotype_hash`` is within a shared study's ``budget``.
 
@@ -68,7 +74,7 @@ def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budge
     if not mine:
         return True
     number = mine[-1].number
-    if sum(1 for t in trials if counts(t) and t.number < number) < budget:
+    if sum(1 for t in trials if takes_budget(t) and t.number < number) < budget:
         return True
     optuna.trial.Trial(study, mine[-1]._trial_id).set_user_attr(OVER_BUDGET_ATTR, True)
     study.tell(number, state=optuna.trial.TrialState.FAIL)
@@ -150,8 +156,9 @@ def distributions(space: Space) -> dict[str, Any]:
     return {label: optuna.distributions.CategoricalDistribution(c.options) for label, c in space.choices.items()}
 
 
-def open_study(storage: str | None, study_name: str | None, directions: list[str]) -> optuna.Study:
-    """A new in-memory study (``storage=None``) or the named study of an RDB URL, created if new.
+def open_study(storage: str | Any | None, study_name: str | None, directions: list[str]) -> optuna.Study:
+    """A new in-memory study (``storage=None``) or the named study of an RDB URL (or of an Optuna
+    storage object, e.g. a journal file), created if new.
 
     Several processes opening one ``storage``/``study_name`` share its trials, and may start at
     the same moment (see :func:`storage_lock`). An existing study with other directions is refused.
@@ -161,9 +168,12 @@ def open_study(storage: str | None, study_name: str | None, directions: list[str
         return optuna.create_study(directions=directions, study_name=study_name)
     if not study_name:
         raise ValueError(f"storage {storage!r} needs a study_name so that processes can share the study")
-    with storage_lock(storage):
-        study = optuna.create_study(storage=rdb_storage(storage), study_name=study_name, directions=directions,
-                                    load_if_exists=True)
+    if isinstance(storage, str):
+        with storage_lock(storage):
+            study = optuna.create_study(storage=rdb_storage(storage), study_name=study_name, directions=directions,
+                                        load_if_exists=True)
+    else:  # a storage object guards its own creation (a journal file appends under its lock)
+        study = optuna.create_study(storage=storage, study_name=study_name, directions=directions, load_if_exists=True)
     have = [d.name.lower() for d in study.directions]
     if have != directions:
         raise ValueError(f"study {study_name!r} in {storage!r} has directions {have}, this strategy needs {directions}")

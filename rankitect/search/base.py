@@ -37,7 +37,7 @@ from rankitect.search.objective import Objective
 if TYPE_CHECKING:
     from rankitect.space import Architecture
 
-STATUSES = ("ok", "failed")
+STATUSES = ("ok", "failed", "pruned")
 
 
 class SpaceExhausted(RuntimeError):
@@ -74,8 +74,10 @@ class TrialResult:
     """The outcome of training and scoring one architecture.
 
     Args:
-        status: ``"ok"`` or ``"failed"`` (diverged, crashed, out of memory ...).
-        val_ne: NE on the validation split; what strategies rank by. Required when ok.
+        status: ``"ok"``, ``"failed"`` (diverged, crashed, out of memory ...) or ``"pruned"``
+            (stopped early by the search's successive halving; its budget slot is given back).
+        val_ne: NE on the validation split (of the best validation); what strategies rank by.
+            Required when ok; a pruned trial's is the best before it was stopped.
         test_ne, test_auc, test_logloss: held-out metrics, reported only.
         mflops: forward MFLOPs per example. Required when ok.
         params: number of model parameters.
@@ -92,6 +94,7 @@ class TrialResult:
     params: int | None = None
     train_seconds: float | None = None
     error: str | None = None
+    steps: int | None = None  # training steps taken
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -114,16 +117,30 @@ class TrialResult:
         """A failed trial with its error message (and whatever was known before it failed)."""
         return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds)
 
+    @property
+    def pruned(self) -> bool:
+        return self.status == "pruned"
+
+    @classmethod
+    def pruning(
+        cls, error: str, *, val_ne: float | None, mflops: float | None, params: int | None,
+        train_seconds: float | None, steps: int | None,
+    ) -> TrialResult:
+        """A pruned trial: why, its best validation NE so far and what it cost."""
+        val_ne = val_ne if val_ne is not None and math.isfinite(val_ne) else None
+        return cls(status="pruned", error=error, val_ne=val_ne, mflops=mflops, params=params,
+                   train_seconds=train_seconds, steps=steps)
+
     @classmethod
     def from_metrics(
         cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
-        train_seconds: float | None = None,
+        train_seconds: float | None = None, steps: int | None = None,
     ) -> TrialResult:
-        """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.score``."""
+        """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
         return cls(
             val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
             test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
-            train_seconds=train_seconds,
+            train_seconds=train_seconds, steps=steps,
         )
 
     def to_dict(self) -> dict[str, Any]:

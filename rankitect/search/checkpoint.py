@@ -54,6 +54,7 @@ class SearchState:
     trials: list[TrialRecord] = field(default_factory=list)
     done: bool = False
     plan: list[dict[str, Any]] = field(default_factory=list)  # genotypes to retrain (oneshot, dnas)
+    elapsed: float = 0.0  # wall-clock seconds the search had spent at this checkpoint (time budget)
 
     def candidates(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.kind == "candidate"]
@@ -65,7 +66,7 @@ class SearchState:
         return {
             "version": VERSION, "parent_run_id": self.parent_run_id, "config": self.config,
             "strategy": self.strategy, "done": self.done, "trials": [vars(t) for t in self.trials],
-            "plan": self.plan,
+            "plan": self.plan, "elapsed": self.elapsed,
         }
 
     @classmethod
@@ -74,7 +75,7 @@ class SearchState:
             raise UserError(f"search checkpoint version {d.get('version')!r} is not {VERSION}")
         return cls(parent_run_id=d["parent_run_id"], config=d["config"], strategy=d["strategy"],
                    trials=[TrialRecord(**t) for t in d["trials"]], done=bool(d.get("done", False)),
-                   plan=list(d.get("plan", [])))
+                   plan=list(d.get("plan", [])), elapsed=float(d.get("elapsed", 0.0)))
 
 
 def save_state(path: Path, state: SearchState) -> None:

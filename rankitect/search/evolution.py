@@ -70,7 +70,7 @@ class RegularizedEvolution(Strategy):
         h = arch_hash(arch)
         if not self.history.is_pending(h):
             raise ValueError(f"told architecture {h} that was not asked (or was told already)")
-        self.history.finish(h, self.objective(result))
+        self.history.finish(h, self.objective(result), pruned=result.pruned)
 
     def tournament(self, members: list[Record]) -> Record:
         """The best of ``sample_size`` members drawn without replacement (first drawn wins ties)."""

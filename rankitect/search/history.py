@@ -45,8 +45,8 @@ class LocalHistory:
         self._pending[h] = sample
         return True
 
-    def finish(self, h: str, value: float) -> None:
-        """Finish pending ``h`` with objective ``value`` (``inf`` when failed)."""
+    def finish(self, h: str, value: float, *, pruned: bool = False) -> None:
+        """Finish pending ``h`` with objective ``value`` (``inf`` when failed or pruned)."""
         sample = self._pending.pop(h)
         self._finished.append(Record(h, sample, value))
 
@@ -91,18 +91,19 @@ class StudyHistory:
         self._pending[h] = trial.number
         return True
 
-    def finish(self, h: str, value: float) -> None:
+    def finish(self, h: str, value: float, *, pruned: bool = False) -> None:
+        """Tell the study: COMPLETE with ``value``, FAIL (``inf``), or PRUNED (its budget slot is free)."""
         number = self._pending.pop(h)
-        state = "FAIL" if math.isinf(value) else "COMPLETE"
+        state = "PRUNED" if pruned else "FAIL" if math.isinf(value) else "COMPLETE"
         optuna = _optuna.import_optuna()
-        self.study.tell(number, None if state == "FAIL" else value, state=optuna.trial.TrialState[state])
+        self.study.tell(number, value if state == "COMPLETE" else None, state=optuna.trial.TrialState[state])
 
     def is_pending(self, h: str) -> bool:
         return h in self._pending
 
     def finished(self) -> list[Record]:
         states = _optuna.import_optuna().trial.TrialState
-        done = self.study.get_trials(deepcopy=False, states=(states.COMPLETE, states.FAIL))
+        done = self.study.get_trials(deepcopy=False, states=(states.COMPLETE, states.FAIL, states.PRUNED))
         done = [t for t in done if _optuna.counts(t)]
         done.sort(key=lambda t: (t.datetime_complete, t.number))  # the order they finished in, all processes
         return [

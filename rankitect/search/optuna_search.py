@@ -95,7 +95,8 @@ class OptunaStrategy(Strategy):
             self.study.tell(number, self.values(result))
         else:
             optuna = _optuna.import_optuna()
-            self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+            state = optuna.trial.TrialState.PRUNED if result.pruned else optuna.trial.TrialState.FAIL
+            self.study.tell(number, state=state)
 
     def _known(self) -> dict[str, Any]:
         """Genotype hash -> the first trial that proposed it (running, complete or failed)."""

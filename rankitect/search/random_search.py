@@ -58,7 +58,7 @@ class RandomSearch(Strategy):
         h = arch_hash(arch)
         if not self.history.is_pending(h):
             raise ValueError(f"told architecture {h} that was not asked (or was told already)")
-        self.history.finish(h, self.objective(result))
+        self.history.finish(h, self.objective(result), pruned=result.pruned)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "history": self.history.state_dict()}

@@ -10,6 +10,7 @@ killed search exactly where its checkpoint stands. A candidate that fails become
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,9 +21,11 @@ import pandas as pd
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
+from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
                                          save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
+from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
@@ -41,6 +44,7 @@ class SearchOutcome:
     table: pd.DataFrame
     best: Architecture | None
     out_dir: Path
+    spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.budget)
 
 
 def runner_class(strategy: str) -> type[SearchRunner]:
@@ -69,20 +73,28 @@ def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
 
 
 class SearchRunner:
-    """Runs one search described by ``cfg``; ``echo`` receives one line per finished trial."""
+    """Runs one search described by ``cfg``; ``echo`` receives one line per finished trial;
+    ``clock`` (monotonic seconds) measures ``search.time_budget``."""
 
-    def __init__(self, cfg: Config, *, state: SearchState | None = None, echo: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, cfg: Config, *, state: SearchState | None = None, echo: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         from rankitect.data import open_data
         from rankitect.space import get_space
         from rankitect.track import Tracker
+        from rankitect.train.protocol import Schedule, check_warmup
 
         check_names(cfg.search)  # before the data set is opened (and maybe cached)
         self.cfg, self.echo = cfg, echo
+        budget_seconds = parse_duration(cfg.search.time_budget)  # config errors before any data is read
+        check_warmup(cfg.train)
         self.guard = StopGuard()  # replaced by the installed one while ``run`` runs
         self.running: dict[str, tuple[str, Architecture]] = {}  # name -> (kind, arch): trials in flight
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
+        check_warmup(cfg.train, Schedule.of(cfg.train, len(self.data.split("train")), len(self.data.split("val"))).total_steps)
         self.space = get_space(cfg.search.space, use_dense=self.data.spec.n_dense > 0, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy = self._make_strategy()
@@ -96,6 +108,9 @@ class SearchRunner:
         self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
         tag = CHECKPOINT_TAG if self.owner else f"{CHECKPOINT_TAG}.{process_key()}"
         self.tracker.client.set_tag(self.state.parent_run_id, tag, str(self.path))
+        self.budget = TimeBudget(budget_seconds, clock=clock, elapsed=self.state.elapsed)
+        self.rungs: Rungs | None = None
+        self._tickets: dict[Future, RungTicket | None] = {}
         save_state(self.path, self.state)
 
     @classmethod
@@ -133,6 +148,7 @@ class SearchRunner:
         with stop_on_signals() as self.guard:
             try:
                 self._reconcile()
+                self._open_rungs()
                 self._run_baselines(runner)
                 self._run_candidates(runner)
                 return self._finish()
@@ -143,11 +159,6 @@ class SearchRunner:
                 raise
             finally:
                 runner.close()
-
-    def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture) -> Future:
-        """Start a trial, noting it as running until :meth:`_record` writes it."""
-        self.running[name] = (kind, arch)
-        return runner.submit(arch, self.train_cfg, self._weights_path(name))
 
     def _stopped(self, stop: Stopped) -> None:
         """After a signal: this process's running trials become KILLED child runs (and leave the
@@ -168,6 +179,31 @@ class SearchRunner:
         self.echo(f"search {why}: {len(self.state.candidates())} candidates finished; continue it with "
                   f"rankitect search --resume {self.state.parent_run_id}")
 
+    def _open_rungs(self) -> None:
+        """The rung study of successive halving (``search.pruning=asha``), see :mod:`~rankitect.search.pruning`."""
+        search = self.cfg.search
+        if search.pruning == "asha":
+            self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
+                               reduction=search.pruning_reduction, min_validations=search.pruning_min_validations)
+
+    def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture, *,
+                prune: bool) -> Future:
+        """Start training ``arch`` (reporting to the rung study, where pruning is on), noting it as
+        running until :meth:`_record` writes it."""
+        self.running[name] = (kind, arch)
+        ticket = self.rungs.ticket(name, prune=prune) if self.rungs is not None else None
+        future = runner.submit(arch, self.train_cfg, self._weights_path(name), ticket)
+        self._tickets[future] = ticket
+        return future
+
+    def _output(self, future: Future) -> TrialOutput:
+        """A finished future's output; its rung-study trial is closed with the result."""
+        out = trial_output(future)
+        ticket: RungTicket | None = self._tickets.pop(future, None)
+        if ticket is not None and self.rungs is not None:
+            self.rungs.close(ticket, out.result)
+        return out
+
     def _trial_runner(self) -> InlineRunner | TrialPool:
         if self.cfg.search.workers > 1:
             return TrialPool(str(self.data.path), self.cfg.search.workers)
@@ -186,8 +222,8 @@ class SearchRunner:
             if arch.hash in done:
                 continue
             self.echo(f"{label}: retraining {arch.hash} from scratch")
-            future = self._submit(runner, "candidate", arch.hash, arch)
-            self._record("candidate", arch.hash, arch, trial_output(future))
+            future = self._submit(runner, "candidate", arch.hash, arch, prune=False)
+            self._record("candidate", arch.hash, arch, self._output(future))
             done.add(arch.hash)
 
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
@@ -201,16 +237,21 @@ class SearchRunner:
         pending: dict[Future, tuple[str, Architecture]] = {}
         for name in todo:
             arch = get_baseline(name, self.data.spec)
-            pending[self._submit(runner, "baseline", name, arch)] = (name, arch)
+            pending[self._submit(runner, "baseline", name, arch, prune=False)] = (name, arch)
         for future in _as_completed(pending):
             name, arch = pending[future]
-            self._record("baseline", name, arch, trial_output(future))
+            self._record("baseline", name, arch, self._output(future))
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
         pending: dict[Future, Architecture] = {}
         exhausted = False
         while True:
             while not exhausted and len(pending) < self.cfg.search.workers and self._remaining(len(pending)) > 0:
+                if self.budget.exhausted():
+                    self.echo(f"time budget spent ({self.budget.spent() / 60:.1f} of "
+                              f"{self.budget.seconds / 60:.1f} min): no new candidate starts")
+                    exhausted = True
+                    break
                 try:
                     arch = self.strategy.ask()
                 except SpaceExhausted as e:
@@ -220,13 +261,13 @@ class SearchRunner:
                 if not self._within_shared_budget(arch):
                     exhausted = True  # another process took the last trial at the same moment
                     break
-                pending[self._submit(runner, "candidate", arch_hash(arch), arch)] = arch
+                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=True)] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for future in finished:
                 arch = pending.pop(future)
-                out = trial_output(future)
+                out = self._output(future)
                 self.strategy.tell(arch, out.result)
                 self._record("candidate", arch_hash(arch), arch, out)
 
@@ -237,10 +278,19 @@ class SearchRunner:
         return search.storage is None or claim_budget(search.storage, search.study_name, arch_hash(arch), search.trials)
 
     def _remaining(self, in_flight: int) -> int:
-        """Trials still to start: the budget less finished and running ones (of every process)."""
-        if self.cfg.search.storage is None:
-            return self.cfg.search.trials - len(self.state.candidates()) - in_flight
-        return self.cfg.search.trials - shared_trial_count(self.cfg.search.storage, self.cfg.search.study_name)
+        """Trials still to start: the budget less finished and running ones (of every process).
+
+        A pruned trial gives its slot back, yet proposals stop at ``trials * pruning_reduction``
+        (so a search whose every candidate is pruned still ends).
+        """
+        search = self.cfg.search
+        cap = search.trials * (search.pruning_reduction if search.pruning == "asha" else 1)
+        if search.storage is None:
+            cands = self.state.candidates()
+            finished = sum(1 for t in cands if t.result["status"] != "pruned")
+            return min(search.trials - finished, cap - len(cands)) - in_flight
+        slots, proposals = shared_trial_count(search.storage, search.study_name, with_pruned=True)
+        return min(search.trials - slots, cap - proposals)
 
     # --- recording -------------------------------------------------------------------------------
 
@@ -256,6 +306,7 @@ class SearchRunner:
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
                              result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)
+        self.state.elapsed = self.budget.spent()
         if self.strategy is not None:
             self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
@@ -389,8 +440,14 @@ class SearchRunner:
 
     # --- the end ---------------------------------------------------------------------------------
 
+    def spending(self) -> dict[str, float]:
+        """How the search's wall clock went so far (see :func:`~rankitect.search.budget.spending`)."""
+        retrained = {Architecture.from_dict(d).hash for d in self.state.plan}
+        return spending(self.state.trials, retrained, self.budget.spent())
+
     def _finish(self) -> SearchOutcome:
         self.state.done = True
+        self.state.elapsed = self.budget.spent()
         save_state(self.path, self.state)
         self._keep_weights(set())  # weights a kill left behind before they reached their run
         self.tracker.log_artifact(self.state.parent_run_id, self._spec_file())
@@ -404,9 +461,11 @@ class SearchRunner:
             rows = sum(len(self.data.split(s)) for s in ("train", "val", "test"))
             title = (f"{self.cfg.search.strategy} search, {self.cfg.search.space} space, "
                      f"{self.data.spec.name} data ({rows:,} rows)")
+            spent = self.spending()
+            self.tracker.log_metrics(self.state.parent_run_id, {f"budget/{k}_seconds": v for k, v in spent.items()})
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
-        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir)
+        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent)
 
     def _pareto(self) -> tuple[pd.DataFrame, Architecture | None]:
         """The Pareto table of every finished trial (all processes' with shared storage) and its winner."""
@@ -447,6 +506,9 @@ def _trial_tags(record: TrialRecord) -> dict[str, str]:
 def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
     r = TrialResult.from_dict(record.result)
     head = f"[{n_done}/{n_total}]" if record.kind == "candidate" else "[baseline]"
+    if r.pruned:
+        ne = f"val/ne {r.val_ne:.4f}" if r.val_ne is not None else "no validation"
+        return f"{head} {record.name} pruned: {ne} after {r.steps} steps, {r.train_seconds:.1f} s"
     if not r.ok:
         return f"{head} {record.name} FAILED: {r.error}"
     return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
@@ -459,12 +521,14 @@ def _load_study(cfg: Config) -> Any:
     return load_shared_study(cfg.search.storage, cfg.search.study_name)
 
 
-def shared_trial_count(storage: str, study_name: str | None) -> int:
-    """Proposals recorded in a shared study by every process (duplicates of earlier ones excluded)."""
-    from rankitect.search._optuna import counts, load_shared_study
+def shared_trial_count(storage: str, study_name: str | None, *, with_pruned: bool = False) -> Any:
+    """Proposals recorded in a shared study by every process that hold a trial slot (duplicates of
+    earlier ones and pruned trials excluded); ``with_pruned``: that and all proposals, pruned included."""
+    from rankitect.search._optuna import counts, load_shared_study, takes_budget
 
     try:
-        study = load_shared_study(storage, study_name)
+        trials = load_shared_study(storage, study_name).get_trials(deepcopy=False)
     except KeyError:
-        return 0
-    return sum(1 for t in study.get_trials(deepcopy=False) if counts(t))
+        trials = []
+    slots = sum(1 for t in trials if takes_budget(t))
+    return (slots, sum(1 for t in trials if counts(t))) if with_pruned else slots

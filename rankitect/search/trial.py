@@ -19,6 +19,7 @@ from typing import Any
 
 from rankitect.config import TrainConfig
 from rankitect.search.base import TrialResult
+from rankitect.search.pruning import RungTicket
 from rankitect.space.architecture import Architecture
 
 log = logging.getLogger(__name__)
@@ -57,19 +58,26 @@ def candidate_cost(arch: Architecture, data: Any) -> tuple[float, int]:
     return per_example / 1e6, c.params
 
 
-def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None) -> TrialOutput:
+def run_trial(
+    arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+) -> TrialOutput:
     """Cost, train and score ``arch`` on ``data``; failures are returned, not raised.
 
-    With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors.
+    With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors. With
+    ``ticket`` every validation is reported to the search's rung study, which may stop the
+    training: the trial is then ``pruned``, with its partial validation curve.
     """
     from rankitect.train.loop import train_architecture
+    from rankitect.train.task import TrialPruned
 
     start = time.perf_counter()
     mflops = params = None
     try:
         mflops, params = candidate_cost(arch, data)
-        out = train_architecture(arch, data, cfg)
-        result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds)
+        report = ticket.reporter() if ticket is not None else None
+        out = train_architecture(arch, data, cfg, report=report)
+        result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds,
+                                          steps=out.steps)
         if weights_path is not None:
             from rankitect.track.weights import save_weights
 
@@ -77,6 +85,10 @@ def run_trial(arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str
         return TrialOutput(result=result, history=out.history)
     except (KeyboardInterrupt, SystemExit):
         raise
+    except TrialPruned as e:
+        result = TrialResult.pruning(str(e), val_ne=e.best_ne, mflops=mflops, params=params,
+                                     train_seconds=time.perf_counter() - start, steps=e.steps)
+        return TrialOutput(result=result, history=e.history)
     except BaseException as e:  # noqa: BLE001 - a failed candidate never kills a search
         seconds = time.perf_counter() - start
         message = f"{type(e).__name__}: {e}"
@@ -102,8 +114,8 @@ def _init_worker(data_path: str, threads: int) -> None:
     _WORKER_DATA["data"] = ClickData.open(data_path)
 
 
-def _run_in_worker(arch_json: str, cfg: TrainConfig, weights_path: str | None) -> TrialOutput:
-    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg, weights_path)
+def _run_in_worker(arch_json: str, cfg: TrainConfig, weights_path: str | None, ticket: RungTicket | None) -> TrialOutput:
+    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg, weights_path, ticket)
 
 
 class InlineRunner:
@@ -112,9 +124,11 @@ class InlineRunner:
     def __init__(self, data: Any) -> None:
         self.data = data
 
-    def submit(self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None) -> Future:
+    def submit(
+        self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+    ) -> Future:
         future: Future = Future()
-        future.set_result(run_trial(arch, self.data, cfg, weights_path))
+        future.set_result(run_trial(arch, self.data, cfg, weights_path, ticket))
         return future
 
     def close(self) -> None:
@@ -139,13 +153,16 @@ class TrialPool:
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
                                    initargs=(self.data_path, self.threads))
 
-    def submit(self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None) -> Future:
+    def submit(
+        self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+    ) -> Future:
+        args = (arch.to_json(), cfg, weights_path, ticket)
         try:
-            return self.executor.submit(_run_in_worker, arch.to_json(), cfg, weights_path)
+            return self.executor.submit(_run_in_worker, *args)
         except BrokenProcessPool:
             self.executor.shutdown(wait=False, cancel_futures=True)
             self.executor = self._new_executor()
-            return self.executor.submit(_run_in_worker, arch.to_json(), cfg, weights_path)
+            return self.executor.submit(_run_in_worker, *args)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)

@@ -8,8 +8,9 @@ flattened config as params (long values cut, the full config in ``config.yaml``)
 and at the end ``pareto.csv``, ``pareto.png``, ``best_genotype.json``, ``search_state.json`` and
 ``best/*`` metrics. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate`` or
 ``baseline``): param ``genotype_hash``, metrics ``val/ne``, ``test/ne``, ``test/auc``,
-``test/logloss``, ``mflops``, ``params``, ``train_seconds``, artifact ``genotype.json``; status
-FINISHED, or FAILED with the message in the ``error`` tag.
+``test/logloss``, ``mflops``, ``params``, ``train_seconds``, artifact ``genotype.json``; tag
+``rankitect.status`` (``ok``, ``failed``, ``pruned``); status FINISHED, FAILED with the message in
+the ``error`` tag, or KILLED for a trial the search's successive halving stopped early.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
 }
+
+
+# A trial's status -> its MLflow run status. A pruned trial was stopped early by the search's
+# successive halving: KILLED (ended before its natural end), with tag rankitect.status=pruned.
+RUN_STATUS = {"ok": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 
 
 def _cut(text: str, limit: int) -> str:
@@ -145,6 +151,7 @@ class Tracker:
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
         if parent_id is not None:
             tags[PARENT] = parent_id
+        tags["rankitect.status"] = result.status
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
         tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
@@ -153,7 +160,7 @@ class Tracker:
         metrics = {k: float(getattr(result, a)) for k, a in METRICS.items() if getattr(result, a) is not None}
         self._log(run_id, params={"genotype_hash": h}, metrics=metrics)
         self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
-        self.client.set_terminated(run_id, status or ("FINISHED" if result.status == "ok" else "FAILED"))
+        self.client.set_terminated(run_id, status or RUN_STATUS[result.status])
         return run_id
 
     def log_model_files(self, run_id: str, weights: str | Path, spec_file: str | Path) -> None:
@@ -219,6 +226,10 @@ class Tracker:
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
         return found[0]
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` (name -> value) on run ``run_id`` at step 0."""
+        self._log(run_id, metrics=metrics)
 
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)

@@ -1,4 +1,9 @@
-"""Train one model or architecture for a step budget and score it on validation and test."""
+"""Train one model or architecture under the training protocol and score it on validation and test.
+
+Every trained model (search candidates, baselines, retrains of one-shot and DNAS winners,
+fine-tuning) goes through :func:`train_model`: see :mod:`rankitect.train.protocol` for the
+epochs, validations, early stopping and best-state restore it applies.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import logging
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytorch_lightning as pl
@@ -17,6 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.eval.evaluate import evaluate
+from rankitect.train.protocol import Protocol, Report, Schedule, check_warmup
 from rankitect.train.task import RankingTask
 
 
@@ -24,8 +30,9 @@ from rankitect.train.task import RankingTask
 class TrainResult:
     """What training one candidate gives back.
 
-    ``metrics`` holds ``val/*`` and ``test/*`` (ne, logloss, auc, calibration); ``history`` the
-    validation metrics at every validation during training.
+    ``metrics`` holds ``val/*`` (of the best validation, whose weights ``model`` holds) and
+    ``test/*`` (ne, logloss, auc, calibration); ``history`` the validation metrics at every
+    validation during training; ``best_step`` the step of the best validation.
     """
 
     model: nn.Module
@@ -33,22 +40,25 @@ class TrainResult:
     train_seconds: float
     steps: int
     history: list[dict[str, float]] = field(default_factory=list)
+    best_step: int = 0
 
 
 class BatchStream(IterableDataset):
-    """Batches of one split; ``repeat`` cycles epochs forever with a new shuffle seed each."""
+    """Batches of one split; every pass is a new shuffle (seed ``seed + pass``); ``repeat`` cycles
+    passes forever. An empty split is refused: a loop over it would never yield."""
 
     def __init__(self, split: Any, batch_size: int, *, shuffle: bool, seed: int, repeat: bool) -> None:
         super().__init__()
+        if len(split) == 0:
+            raise ValueError(f"the {getattr(split, 'name', '?')} split has no rows")
         self.split, self.batch_size, self.shuffle, self.seed, self.repeat = split, batch_size, shuffle, seed, repeat
+        self.passes = 0
 
     def __iter__(self) -> Iterator[Batch]:
-        if len(self.split) == 0:  # ``repeat`` would spin forever on zero batches
-            raise ValueError(f"the {getattr(self.split, 'name', '')} split is empty: nothing to iterate")
-        epoch = 0
         while True:
-            yield from self.split.batches(self.batch_size, shuffle=self.shuffle, seed=self.seed + epoch)
-            epoch += 1
+            seed = self.seed + self.passes
+            self.passes += 1
+            yield from self.split.batches(self.batch_size, shuffle=self.shuffle, seed=seed)
             if not self.repeat:
                 return
 
@@ -63,17 +73,17 @@ def _loader(split: Any, batch_size: int, *, shuffle: bool, seed: int, repeat: bo
 
 
 def make_trainer(
-    cfg: TrainConfig, *, max_steps: int, callbacks: list[pl.Callback] | None = None, accelerator: str = "cpu",
+    cfg: TrainConfig, schedule: Schedule, *, callbacks: list[pl.Callback] | None = None, accelerator: str = "cpu",
     precision: str = "32-true",
 ) -> pl.Trainer:
+    """A Lightning trainer that runs the training batches only; validation is the protocol's."""
     return pl.Trainer(
         accelerator=accelerator,
         devices=1,
         precision=precision,
-        max_steps=max_steps,
-        val_check_interval=max(1, min(cfg.val_every, max_steps)),
-        check_val_every_n_epoch=None,
-        limit_val_batches=cfg.val_batches if cfg.val_batches > 0 else 1.0,
+        max_epochs=cfg.max_epochs,
+        max_steps=schedule.total_steps,
+        limit_val_batches=0,
         num_sanity_val_steps=0,
         logger=False,
         enable_checkpointing=False,
@@ -86,47 +96,56 @@ def make_trainer(
 def train_model(
     model: nn.Module, data: Any, cfg: TrainConfig, *, steps: int | None = None,
     callbacks: list[pl.Callback] | None = None, runtime: RuntimeConfig | None = None,
+    report: Report | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place on ``data.split("train")``, then score val and test.
+    """Train ``model`` in place on ``data.split("train")`` under the protocol, then score val and test.
 
-    ``runtime`` (None: eager fp32 on the CPU) may compile the training forward or convert safe
-    layers to FP8 (see :mod:`rankitect.train.runtime`); compile time counts in ``train_seconds``.
-    ``runtime.precision=bf16`` trains and validates under bf16 autocast (Lightning's
-    ``bf16-mixed``: matrix products in bfloat16, weights, optimizer state and the loss in float32);
-    the returned val/test scores run in float32 on the trained weights.
-    Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges.
+    ``steps`` overrides ``cfg.steps`` (the cap). ``report`` is called after every validation (see
+    :class:`~rankitect.train.protocol.Protocol`). ``runtime`` (None: eager fp32 on the CPU) may
+    compile the training forward or convert safe layers to FP8 (see :mod:`rankitect.train.runtime`);
+    compile time counts in ``train_seconds``. ``runtime.precision=bf16`` trains under bf16
+    autocast (Lightning's ``bf16-mixed``); validations and the returned scores run in float32.
+    Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges or ends no better
+    than the base rate, and whatever ``report`` raises.
     """
-    steps = cfg.steps if steps is None else steps
+    if steps is not None:
+        cfg = replace(cfg, steps=steps)
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
+    train, val = data.split("train"), data.split("val")
+    schedule = Schedule.of(cfg, len(train), len(val))
+    check_warmup(cfg, schedule.total_steps)
     start = time.perf_counter()
     trained = model
     if runtime is not None:
         from rankitect.train.runtime import prepare_training
 
         trained = prepare_training(model, data, cfg, runtime)
-    task = RankingTask(trained, cfg)
+    protocol = Protocol(model, lambda: val.batches(cfg.batch_size, shuffle=False), cfg, schedule, report)
     accelerator = "gpu" if runtime is not None and runtime.device.startswith("cuda") else "cpu"
     precision = "bf16-mixed" if runtime is not None and runtime.precision == "bf16" else "32-true"
-    trainer = make_trainer(cfg, max_steps=steps, callbacks=callbacks, accelerator=accelerator, precision=precision)
-    train_dl = _loader(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True)
-    val_dl = _loader(data.split("val"), cfg.batch_size, shuffle=False, seed=0, repeat=False)
+    trainer = make_trainer(cfg, schedule, callbacks=[protocol, *(callbacks or [])], accelerator=accelerator,
+                           precision=precision)
+    train_dl = _loader(train, cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
-        trainer.fit(task, train_dataloaders=train_dl, val_dataloaders=val_dl)
+        warnings.filterwarnings("ignore", message=".*You defined a `validation_step` but have no `val_dataloader`.*")
+        trainer.fit(RankingTask(trained, cfg), train_dataloaders=train_dl)
+    protocol.restore_best()
     seconds = time.perf_counter() - start
-    metrics = score(model, data, cfg)
+    metrics = {**protocol.best_metrics(), **score(model, data, cfg, splits=("test",))}
     return TrainResult(model=model, metrics=metrics, train_seconds=seconds, steps=trainer.global_step,
-                       history=task.history)
+                       history=protocol.history, best_step=protocol.best_step)
 
 
-def score(model: nn.Module, data: Any, cfg: TrainConfig) -> dict[str, float]:
+def score(model: nn.Module, data: Any, cfg: TrainConfig, splits: tuple[str, ...] = ("val", "test")) -> dict[str, float]:
     """``val/*`` over ``cfg.val_batches`` batches and ``test/*`` over ``cfg.test_batches`` (0 = all)."""
     out: dict[str, float] = {}
-    for split, limit in (("val", cfg.val_batches), ("test", cfg.test_batches)):
+    limits = {"val": cfg.val_batches, "test": cfg.test_batches}
+    for split in splits:
         batches = data.split(split).batches(cfg.batch_size, shuffle=False, seed=0)
-        out.update({f"{split}/{k}": v for k, v in evaluate(model, batches, limit).items()})
+        out.update({f"{split}/{k}": v for k, v in evaluate(model, batches, limits[split]).items()})
     return out
 
 

@@ -6,8 +6,6 @@ never owns training (torchrec's ``DLRMTrain`` pattern).
 
 from __future__ import annotations
 
-import math
-
 import pytorch_lightning as pl
 import torch
 from torch import nn
@@ -15,12 +13,28 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
-from rankitect.eval.metrics import MetricAccumulator
 from rankitect.train.optim import RowWiseAdagrad
 
 
 class TrialDiverged(RuntimeError):
-    """Training produced a NaN/inf loss, or validation NE above 1 after warm-up."""
+    """Training produced a NaN/inf loss, or validation NE above 1 after warm-up, or ended no better
+    than the base rate."""
+
+
+class TrialPruned(RuntimeError):
+    """A search stopped the training early (successive halving): the model is not worth finishing.
+
+    Args:
+        message: why, for the log.
+        history: the validation metrics so far (the partial curve).
+        best_ne: the best validation NE so far.
+        steps: training steps taken.
+    """
+
+    def __init__(self, message: str, *, history: list[dict[str, float]] | None = None,
+                 best_ne: float | None = None, steps: int = 0) -> None:
+        super().__init__(message)
+        self.history, self.best_ne, self.steps = list(history or []), best_ne, steps
 
 
 def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
@@ -40,12 +54,13 @@ def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
 class RankingTask(pl.LightningModule):
     """Binary cross-entropy training of a ranking model with two optimizers.
 
-    Embedding tables use row-wise Adagrad (torchrec), the rest Adam. Validation logs
-    ``val/ne``, ``val/logloss``, ``val/auc`` and ``val/calibration``.
+    Embedding tables use row-wise Adagrad (torchrec), the rest Adam. A NaN or infinite loss raises
+    :class:`TrialDiverged`; validation, early stopping and the best state belong to the protocol
+    (:class:`rankitect.train.protocol.Protocol`).
 
     Args:
         model: maps a Batch to logits ``(B,)``.
-        cfg: learning rates, warm-up of the divergence guard.
+        cfg: learning rates and weight decay.
     """
 
     def __init__(self, model: nn.Module, cfg: TrainConfig) -> None:
@@ -54,8 +69,6 @@ class RankingTask(pl.LightningModule):
         self.cfg = cfg
         self.automatic_optimization = False  # two optimizers of different kinds, stepped together
         self.loss_fn = nn.BCEWithLogitsLoss()
-        self._val = MetricAccumulator()
-        self.history: list[dict[str, float]] = []
 
     def forward(self, batch: Batch) -> torch.Tensor:
         return self.model(batch)
@@ -85,23 +98,6 @@ class RankingTask(pl.LightningModule):
         opts[-1].step()
         self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch))
         return loss.detach()
-
-    def on_validation_epoch_start(self) -> None:
-        self._val.reset()
-
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._val.update(self.model(batch).float(), batch.labels)
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking or self._val.count == 0:
-            return
-        metrics = self._val.compute()
-        logged = {f"val/{k}": float(v) for k, v in metrics.items()}
-        self.log_dict(logged, prog_bar=False)
-        self.history.append({"step": float(self.global_step), **logged})
-        ne = logged["val/ne"]
-        if not math.isfinite(ne) or (ne > 1.0 and self.global_step >= self.cfg.warmup_steps):
-            raise TrialDiverged(f"validation NE is {ne:.4f} at step {self.global_step} (above 1 after warm-up)")
 
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
         return batch.to(device)

@@ -1,0 +1,96 @@
+"""A search's wall-clock budget (``search.time_budget``) and the account of how it was spent.
+
+>>> parse_duration("90m"), parse_duration("4h"), parse_duration("1h30m"), parse_duration(45)
+(5400.0, 14400.0, 5400.0, 45.0)
+>>> parse_duration("soon")
+Traceback (most recent call last):
+...
+rankitect.errors.ConfigError: config key 'search.time_budget': 'soon' is not a duration (e.g. 90m, 4h, 1h30m, 3600s or seconds)
+>>> clock = iter([0.0, 50.0, 130.0]).__next__
+>>> budget = TimeBudget(100.0, clock=clock)      # starts at 0
+>>> budget.exhausted(), budget.exhausted()       # at 50 s, at 130 s
+(False, True)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rankitect.errors import ConfigError
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+
+
+def parse_duration(value: str | float | None, key: str = "search.time_budget") -> float | None:
+    """Seconds in ``value``: a number of seconds, or a string such as ``"90m"``, ``"4h"``,
+    ``"1h30m"``, ``"3600s"``; ``None`` stays ``None``. Anything else, or a duration that is not
+    positive, is a :class:`~rankitect.errors.ConfigError` naming ``key``."""
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _PART.findall(text)
+            if parts and _PART.sub("", text).strip() == "":
+                seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds is None:
+        raise ConfigError(f"config key {key!r}: {value!r} is not a duration (e.g. 90m, 4h, 1h30m, 3600s or seconds)")
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ConfigError(f"config key {key!r}: the duration must be positive, got {value!r}")
+    return seconds
+
+
+class TimeBudget:
+    """Wall-clock seconds a search may spend, counted from its start plus ``elapsed`` earlier
+    (a resumed search goes on spending the same budget).
+
+    Args:
+        seconds: the budget; ``None`` never runs out.
+        clock: monotonic seconds (a fake one in tests).
+        elapsed: seconds spent before this process took over.
+    """
+
+    def __init__(self, seconds: float | None, *, clock: Callable[[], float] = time.monotonic,
+                 elapsed: float = 0.0) -> None:
+        self.seconds, self.clock, self.before = seconds, clock, elapsed
+        self.start = clock()
+
+    def spent(self) -> float:
+        return self.before + self.clock() - self.start
+
+    def exhausted(self) -> bool:
+        return self.seconds is not None and self.spent() >= self.seconds
+
+
+SPENDING = ("baselines", "candidates", "pruned", "failed", "retrains")
+
+
+def spending(trials: Iterable[Any], retrained: set[str], total: float) -> dict[str, float]:
+    """Seconds of ``total`` by what they went to: training of baselines, of candidates that finished,
+    were pruned or failed, of retrains (``retrained``: names of a supernet plan's architectures),
+    and ``other`` (supernets, set-up, tracking). ``trials`` are checkpoint records."""
+    out = dict.fromkeys(SPENDING, 0.0)
+    for t in trials:
+        seconds = t.result.get("train_seconds") or 0.0
+        status = t.result.get("status")
+        if t.kind == "baseline":
+            out["baselines"] += seconds
+        elif t.name in retrained:
+            out["retrains"] += seconds
+        elif status in ("pruned", "failed"):
+            out[status] += seconds
+        else:
+            out["candidates"] += seconds
+    out["other"] = max(0.0, total - sum(out.values()))
+    out["total"] = total
+    return out

@@ -1,0 +1,153 @@
+"""The one training protocol of every trained model: epochs, validation, early stopping, best state.
+
+A model trains for at most ``train.max_epochs`` passes over the training split (``train.steps``, when
+set, caps the batches), is validated on the whole validation split at the end of every epoch (on
+large data every :func:`validation_interval` steps instead), stops once ``train.patience``
+validations in a row brought no better validation NE, and gets back the weights of its best
+validation before it is tested. A search may also stop it early through a ``report`` hook that is
+called after every validation and raises :class:`~rankitect.train.task.TrialPruned` (successive
+halving, see :mod:`rankitect.search.pruning`).
+
+Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
+model that has not once validated below 1 (no better than predicting the base rate) by a validation
+at or after ``train.warmup_steps`` is ended as hopeless; and a best validation NE that is not
+below 1 when training ends fails the training, whatever the warm-up. A model that was below 1 and
+then rises above it is overfitting, not diverging: early stopping ends it and its best state stays.
+
+>>> from rankitect.config import TrainConfig
+>>> cfg = TrainConfig(batch_size=100, max_epochs=3)
+>>> plan = Schedule.of(cfg, train_rows=1_050, val_rows=200)   # 11 batches an epoch
+>>> plan.epoch_steps, plan.total_steps, plan.interval
+(11, 33, 11)
+>>> Schedule.of(TrainConfig(batch_size=100, max_epochs=3, steps=20), 1_050, 200).total_steps
+20
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+from rankitect.config import TrainConfig
+from rankitect.errors import ConfigError
+from rankitect.eval.evaluate import evaluate
+from rankitect.train.task import TrialDiverged, TrialPruned
+
+# On large data, validate often enough to stop within an epoch, yet keep validation (a forward
+# pass, about a third of a training step per batch) near a sixth of the training time at most.
+MIN_AUTO_INTERVAL = 2_000  # training steps between validations, at least (auto)
+VAL_COST_FACTOR = 2  # ... and at least this many times the validation batches
+
+# (validation index from 1, validation NE, whether training ends here anyway); may raise TrialPruned
+Report = Callable[[int, float, bool], None]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Steps per epoch, total steps and the validation interval of one training."""
+
+    epoch_steps: int
+    total_steps: int
+    interval: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, train_rows: int, val_rows: int) -> Schedule:
+        if train_rows < 1 or val_rows < 1:
+            raise ValueError(f"training needs rows in the train and validation splits, got {train_rows} and {val_rows}")
+        epoch = math.ceil(train_rows / cfg.batch_size)
+        total = epoch * cfg.max_epochs if cfg.steps is None else min(cfg.steps, epoch * cfg.max_epochs)
+        interval = cfg.val_every or validation_interval(epoch, math.ceil(val_rows / cfg.batch_size))
+        return cls(epoch_steps=epoch, total_steps=total, interval=max(1, min(interval, total)))
+
+
+def validation_interval(epoch_steps: int, val_batches: int) -> int:
+    """``train.val_every=0`` (auto): once an epoch, or on an epoch longer than
+    ``max(MIN_AUTO_INTERVAL, VAL_COST_FACTOR * val_batches)`` steps, every that many steps."""
+    return min(epoch_steps, max(MIN_AUTO_INTERVAL, VAL_COST_FACTOR * val_batches))
+
+
+def check_warmup(cfg: TrainConfig, total_steps: int | None = None) -> None:
+    """A divergence warm-up longer than the training is a config error naming both keys."""
+    steps = cfg.steps if total_steps is None else total_steps
+    if steps is not None and cfg.warmup_steps > steps:
+        what = "train.steps" if total_steps is None or total_steps == cfg.steps else "train.max_epochs"
+        raise ConfigError(f"config key 'train.warmup_steps': {cfg.warmup_steps} is longer than the training "
+                          f"({what} gives {steps} steps); the divergence guard would never run")
+
+
+class Protocol(pl.Callback):
+    """Validates on schedule, keeps the best state, stops early and guards against divergence.
+
+    Args:
+        model: the module whose state is kept (the un-wrapped model, not a compiled twin).
+        val_batches: a callable giving a fresh iterator over the validation batches.
+        cfg: ``patience``, ``val_batches``, ``warmup_steps``.
+        schedule: when to validate.
+        report: called after each validation with its index (from 1), its NE and whether training
+            ends there anyway; may raise.
+    """
+
+    def __init__(
+        self, model: nn.Module, val_batches: Callable[[], Any], cfg: TrainConfig, schedule: Schedule,
+        report: Report | None = None,
+    ) -> None:
+        super().__init__()
+        self.model, self.val_batches, self.cfg, self.schedule, self.report = model, val_batches, cfg, schedule, report
+        self.history: list[dict[str, float]] = []
+        self.best_ne = math.inf
+        self.best_step = -1
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self._since_best = 0
+        self._last_validated = 0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        step = trainer.global_step
+        if step % self.schedule.interval == 0 or step >= self.schedule.total_steps:
+            self.validate(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.validate(trainer)  # every epoch ends validated
+
+    def validate(self, trainer: pl.Trainer) -> None:
+        step = trainer.global_step
+        if step == self._last_validated:
+            return
+        self._last_validated = step
+        metrics = {f"val/{k}": v for k, v in evaluate(self.model, self.val_batches(), self.cfg.val_batches).items()}
+        self.history.append({"step": float(step), **metrics})
+        ne = metrics["val/ne"]
+        if not math.isfinite(ne):
+            raise TrialDiverged(f"validation NE is {ne} at step {step}")
+        if min(ne, self.best_ne) >= 1.0 and step >= self.cfg.warmup_steps:
+            raise TrialDiverged(f"validation NE is {ne:.4f} at step {step}: not once below 1 by the end of the "
+                                f"warm-up ({self.cfg.warmup_steps} steps)")
+        if ne < self.best_ne:
+            self.best_ne, self.best_step, self._since_best = ne, step, 0
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        else:
+            self._since_best += 1
+            if self.cfg.patience and self._since_best >= self.cfg.patience:
+                trainer.should_stop = True
+        if self.report is not None:
+            final = trainer.should_stop or step >= self.schedule.total_steps
+            try:
+                self.report(len(self.history), ne, final)
+            except TrialPruned as e:  # attach the partial curve for the trial's record
+                raise TrialPruned(str(e), history=self.history, best_ne=self.best_ne, steps=step) from None
+
+    def restore_best(self) -> None:
+        """Load the best validated state; fail the training when it is no better than the base rate."""
+        if self.best_state is None or not self.best_ne < 1.0:
+            raise TrialDiverged(f"best validation NE is {self.best_ne:.4f}: no better than predicting the base rate")
+        self.model.load_state_dict(self.best_state)
+
+    def best_metrics(self) -> dict[str, float]:
+        """The ``val/*`` metrics of the best validation."""
+        best = next(h for h in self.history if h["step"] == self.best_step)
+        return {k: v for k, v in best.items() if k != "step"}

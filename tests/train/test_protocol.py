@@ -1,0 +1,173 @@
+"""The training protocol: epochs, early stopping on a planted validation curve, best state restored,
+divergence before and after warm-up, warm-up longer than training refused."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import rankitect.train.protocol as protocol
+from rankitect.config import TrainConfig, load_config
+from rankitect.errors import ConfigError
+from rankitect.space.baselines import get_baseline
+from rankitect.train.loop import train_architecture
+from rankitect.train.protocol import Schedule, validation_interval
+from rankitect.train.task import TrialDiverged, TrialPruned
+
+from ..search.tiny_data import tiny_click_data
+
+ROWS, BATCH = 1024, 64  # 16 training steps an epoch
+EPOCH = ROWS // BATCH
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory):
+    return tiny_click_data(tmp_path_factory.mktemp("protocol") / "tiny", rows=ROWS)
+
+
+def _cfg(**kw) -> TrainConfig:
+    return replace(TrainConfig(batch_size=BATCH, progress=False, test_batches=2), **kw)
+
+
+class Planted:
+    """Stands in for ``evaluate`` during training: returns the planted NE curve, one value per
+    validation, and keeps a copy of the model's weights at each validation."""
+
+    def __init__(self, curve: list[float]) -> None:
+        self.curve, self.states, self.steps = list(curve), [], []
+
+    def __call__(self, model, batches, max_batches=0):
+        self.states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        ne = self.curve[len(self.states) - 1]
+        return {"ne": ne, "logloss": ne * 0.5, "auc": 0.7, "calibration": 1.0}
+
+
+def _train(data, cfg: TrainConfig, curve: list[float], monkeypatch: pytest.MonkeyPatch, **kw):
+    planted = Planted(curve)
+    monkeypatch.setattr(protocol, "evaluate", planted)
+    arch = get_baseline("dlrm", data.spec)
+    return train_architecture(arch, data, cfg, **kw), planted
+
+
+def test_early_stopping_restores_the_best_validation(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = [0.95, 0.90, 0.80, 0.85, 0.83, 0.70, 0.60]  # best at validation 3, then 2 without a better one
+    out, planted = _train(data, _cfg(max_epochs=7, patience=2), curve, monkeypatch)
+    assert len(out.history) == 5  # stopped after the 5th validation (patience 2)
+    assert out.steps == 5 * EPOCH  # one validation per epoch on small data
+    assert out.best_step == 3 * EPOCH
+    assert out.metrics["val/ne"] == 0.80
+    best = planted.states[2]
+    for k, v in out.model.state_dict().items():
+        assert torch.equal(v, best[k]), k
+    later = planted.states[4]  # training did move the weights after the best validation
+    assert any(not torch.equal(v, later[k]) for k, v in out.model.state_dict().items())
+
+
+def test_patience_zero_trains_every_epoch_and_keeps_the_best(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = [0.9, 0.7, 0.8, 0.85]
+    out, planted = _train(data, _cfg(max_epochs=4, patience=0), curve, monkeypatch)
+    assert len(out.history) == 4 and out.steps == 4 * EPOCH and out.best_step == 2 * EPOCH
+    for k, v in out.model.state_dict().items():
+        assert torch.equal(v, planted.states[1][k]), k
+
+
+def test_step_cap_ends_training_with_a_validation(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, _ = _train(data, _cfg(max_epochs=5, steps=EPOCH + 5), [0.9, 0.8, 0.7], monkeypatch)
+    assert out.steps == EPOCH + 5
+    assert [h["step"] for h in out.history] == [EPOCH, EPOCH + 5]  # the cut epoch is validated too
+
+
+@pytest.mark.parametrize("warmup", [0, 2 * EPOCH, 4 * EPOCH])  # NaN after, at and before the warm-up's end
+def test_divergence_fails_before_and_after_warmup(data, monkeypatch: pytest.MonkeyPatch, warmup: int) -> None:
+    with pytest.raises(TrialDiverged, match="validation NE is nan at step 32"):
+        _train(data, _cfg(max_epochs=4, warmup_steps=warmup), [0.9, float("nan"), 0.8, 0.8], monkeypatch)
+
+
+def test_nan_loss_fails_before_and_after_warmup(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rankitect.space import build_model
+    from rankitect.train.loop import train_model
+
+    for warmup in (0, 3 * EPOCH):
+        model = build_model(get_baseline("dlrm", data.spec), data.spec)
+        with torch.no_grad():
+            next(p for n, p in model.named_parameters() if "weight" in n and p.dim() == 2 and "embedding" not in n).fill_(float("nan"))
+        with pytest.raises(TrialDiverged, match="training loss is nan at step 0"):
+            train_model(model, data, _cfg(max_epochs=3, warmup_steps=warmup))
+
+
+def test_never_below_one_after_warmup_fails_at_once(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _cfg(max_epochs=5, warmup_steps=EPOCH)  # validation 2 (step 32) is past the warm-up
+    with pytest.raises(TrialDiverged, match="validation NE is 1.0500 at step 16: not once below 1"):
+        _train(data, cfg, [1.05, 1.5, 0.8, 0.8, 0.8], monkeypatch)
+    out, _ = _train(data, _cfg(max_epochs=3, warmup_steps=2 * EPOCH), [1.05, 0.9, 1.1], monkeypatch)
+    assert out.metrics["val/ne"] == 0.9  # above 1 inside the warm-up is allowed
+
+
+def test_overfitting_above_one_is_stopped_not_failed(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, planted = _train(data, _cfg(max_epochs=5, patience=2), [0.95, 1.02, 1.10, 0.5, 0.5], monkeypatch)
+    assert len(out.history) == 3 and out.metrics["val/ne"] == 0.95 and out.best_step == EPOCH
+
+
+def test_divergence_before_warmup_fails_when_training_ends(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Early stopping ends training at validation 3 (step 48), inside the warm-up (64 steps, as
+    # long as the training: allowed), so no validation stopped it; its best is still above 1.
+    cfg = _cfg(max_epochs=4, patience=1, warmup_steps=4 * EPOCH)
+    with pytest.raises(TrialDiverged, match="best validation NE is 1.2000: no better than predicting the base rate"):
+        _train(data, cfg, [1.3, 1.2, 1.25, 1.2], monkeypatch)
+
+
+def test_nan_validation_fails_at_any_step(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TrialDiverged, match="nan"):
+        _train(data, _cfg(max_epochs=3, warmup_steps=3 * EPOCH), [0.9, float("nan"), 0.8], monkeypatch)
+
+
+def test_warmup_longer_than_training_is_refused(data) -> None:
+    arch = get_baseline("dlrm", data.spec)
+    with pytest.raises(ConfigError, match=r"train\.warmup_steps.*train\.max_epochs gives 32 steps"):
+        train_architecture(arch, data, _cfg(max_epochs=2, warmup_steps=33))
+    with pytest.raises(ConfigError, match=r"train\.warmup_steps.*train\.steps gives 10 steps"):
+        protocol.check_warmup(_cfg(steps=10, warmup_steps=20))
+
+
+def test_search_refuses_a_warmup_longer_than_training_before_reading_data(tmp_path: Path, monkeypatch, capsys) -> None:
+    from rankitect.cli import main
+
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
+    code = main(["search", "train.steps=10", "train.warmup_steps=20", f"track.uri=sqlite:///{tmp_path}/m.db"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "train.warmup_steps" in err and "train.steps" in err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "m.db").exists()
+
+
+def test_report_can_stop_training_and_keeps_the_partial_curve(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+
+    def report(index: int, ne: float, final: bool) -> None:
+        seen.append((index, ne, final))
+        if index == 2:
+            raise TrialPruned("stop here")
+
+    with pytest.raises(TrialPruned) as e:
+        _train(data, _cfg(max_epochs=5), [0.9, 0.8, 0.7, 0.6, 0.5], monkeypatch, report=report)
+    assert seen == [(1, 0.9, False), (2, 0.8, False)]
+    assert [h["val/ne"] for h in e.value.history] == [0.9, 0.8] and e.value.best_ne == 0.8
+    assert e.value.steps == 2 * EPOCH
+
+
+def test_schedule_matches_the_textbook_counts() -> None:
+    cfg = TrainConfig(batch_size=512, max_epochs=20)
+    small = Schedule.of(cfg, 80_000, 10_000)  # 157 steps an epoch: validate every epoch
+    assert (small.epoch_steps, small.total_steps, small.interval) == (157, 3140, 157)
+    big = Schedule.of(cfg, 40_000_000, 5_000_000)  # 78,125 steps, 9,766 validation batches
+    assert big.epoch_steps == 78_125 and big.interval == 2 * 9_766
+    assert validation_interval(10_000, 10) == 2_000
+    assert Schedule.of(replace(cfg, val_every=50), 80_000, 10_000).interval == 50
+
+
+def test_defaults_are_the_protocol() -> None:
+    cfg = load_config().train
+    assert cfg.steps is None and cfg.max_epochs >= 10 and cfg.patience >= 1 and cfg.val_batches == 0
