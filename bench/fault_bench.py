@@ -54,7 +54,7 @@ def kills(env: dict[str, str], work: Path, n: int, trials: int, seed: int) -> di
     from rankitect.search.checkpoint import load_state
 
     rng, parent, survived = random.Random(seed), None, 0
-    argv = ["search", "--strategy", "evolution", "--trials", str(trials), "train.steps=20",
+    argv = ["search", "--strategy", "evolution", "--trials", str(trials), "train.steps=20", "train.warmup_steps=20",
             "search.baselines=[dlrm]", *TINY]
     for _ in range(n + 1):
         cmd = rankitect(*argv) if parent is None else rankitect("search", "--resume", parent)

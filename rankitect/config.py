@@ -187,11 +187,14 @@ AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(0), Range(1), Range(0, open_low=True)
 # ``load_config`` so that a wrong number stops the command before any data is read.
 RANGES: dict[str, Range] = {
     "data.rows": Range(100), "data.seed": AT_LEAST_0, "data.vocab_size": Range(2),
-    "train.steps": AT_LEAST_1, "train.batch_size": AT_LEAST_1, "train.lr_dense": POSITIVE,
-    "train.lr_sparse": POSITIVE, "train.weight_decay": AT_LEAST_0, "train.val_every": AT_LEAST_1,
+    "train.max_epochs": AT_LEAST_1, "train.steps": AT_LEAST_1, "train.patience": AT_LEAST_0,
+    "train.batch_size": AT_LEAST_1, "train.lr_dense": POSITIVE,
+    "train.lr_sparse": POSITIVE, "train.weight_decay": AT_LEAST_0, "train.val_every": AT_LEAST_0,
     "train.val_batches": AT_LEAST_0, "train.test_batches": AT_LEAST_0, "train.warmup_steps": AT_LEAST_0,
     "train.seed": AT_LEAST_0,
     "search.trials": AT_LEAST_1, "search.seed": AT_LEAST_0, "search.target_mflops": POSITIVE,
+    "search.time_budget": POSITIVE,  # in seconds; a string ("90m") is checked by search.budget.parse_duration
+    "search.pruning_reduction": Range(2), "search.pruning_min_validations": AT_LEAST_1,
     "search.penalty_weight": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
     "search.evolution.population": AT_LEAST_1, "search.evolution.sample_size": AT_LEAST_1,
     "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.warmup_steps": AT_LEAST_0,
@@ -215,7 +218,7 @@ def validate(cfg: Config) -> Config:
     flat = flatten(to_dict(cfg))
     for key, allowed in RANGES.items():
         value = flat[key]
-        if value is not None and value not in allowed:
+        if value is not None and not isinstance(value, str) and value not in allowed:
             raise ConfigError(f"config key {key!r} must be {allowed}, got {value!r}")
     for key, bound in BOUNDED_BY:
         if flat[key] > flat[bound]:
