@@ -21,9 +21,10 @@ from rankitect.search.runner import SearchRunner
 from .pg_server import postgres_server
 from .together import start_together
 
-TINY = [
-    "data.rows=3000", "train.steps=4", "train.batch_size=64", "train.val_every=4", "train.val_batches=2",
-    "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
+TINY = [  # long enough that the candidates drawn here pass the divergence guard (NE below 1 by step 60)
+    "data.rows=3000", "train.steps=60", "train.batch_size=64", "train.val_every=10", "train.val_batches=2",
+    "train.test_batches=2", "train.warmup_steps=60", "search.evolution.population=2",
+    "search.evolution.sample_size=2", "runtime.threads=1", "search.pruning=none",
 ]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,7 +112,7 @@ def test_same_seed_same_architectures(env: dict[str, str]) -> None:
     seqs = []
     for _ in range(2):
         cfg = load_config(overrides=[*TINY, "search.strategy=evolution", "search.trials=4", "search.baselines=[]",
-                                     "train.steps=1", "search.seed=7"])
+                                     "train.steps=1", "train.warmup_steps=0", "search.seed=7"])
         outcome = SearchRunner(cfg, echo=lambda s: None).run()
         state = load_state(outcome.out_dir / "state.json")
         seqs.append([t.name for t in state.candidates()])
@@ -132,7 +133,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:
 
 
 def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_path: Path) -> None:
-    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=6")
+    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=6", "train.warmup_steps=0")
     log = open(tmp_path / "search.err", "w")
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True)
     first = proc.stdout.readline()
