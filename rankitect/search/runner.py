@@ -25,6 +25,7 @@ from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
                                          save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
+from rankitect.search.kept import KeptWeights
 from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
@@ -103,6 +104,7 @@ class SearchRunner:
         if state is not None and state.strategy and self.strategy is not None:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
+        self.weights = KeptWeights(self.tracker, self.out_dir, self.data.spec)
         # With shared storage the processes share the parent run and its folder: the owner keeps
         # ``state.json`` (what --resume finds), every other process a checkpoint of its own.
         self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
@@ -402,11 +404,10 @@ class SearchRunner:
     def _new_parent(self) -> str:
         return self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
 
-    # --- weights: the kept ones live in the MLflow artifact store only --------------------------
+    # --- weights: the kept ones live in the MLflow artifact store only (see search.kept) --------
 
     def _weights_path(self, name: str) -> str:
-        """Where a trial leaves its trained weights until :meth:`_keep_weights` moves or drops them."""
-        return str(self.out_dir / "weights" / f"{name}.safetensors")
+        return self.weights.path(name)
 
     def _kept(self) -> list[TrialRecord]:
         """Every baseline and the ``keep_top_k`` best ok candidates by objective."""
@@ -415,28 +416,8 @@ class SearchRunner:
         return self.state.baselines() + ok[: self.cfg.search.keep_top_k]
 
     def _keep_weights(self, kept_before: set[str]) -> None:
-        """Move the weights of this process's kept trials to their child runs (``model/``), delete
-        the others, and take them off a candidate that fell out of the kept set (``kept_before``).
-        Another process's trials (a shared search shares the folder) are never touched."""
-        mine = {t.name: t for t in self.state.trials}
         kept = {t.name for t in self._kept()}
-        for name, t in mine.items():
-            path = Path(self._weights_path(name))
-            if not path.is_file():
-                continue
-            if name in kept and t.run_id:
-                self.tracker.log_model_files(t.run_id, path, self._spec_file())
-            if t.run_id or name not in kept:  # a kept trial not yet logged keeps its file for resume
-                path.unlink()
-        for name in kept_before - kept:
-            if mine[name].run_id:
-                self.tracker.delete_model_files(mine[name].run_id)
-
-    def _spec_file(self) -> Path:
-        path = self.out_dir / "feature_spec.json"
-        if not path.is_file():
-            self.data.spec.save(path)
-        return path
+        self.weights.sync(self.state.trials, kept, kept_before - kept)
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -450,7 +431,7 @@ class SearchRunner:
         self.state.elapsed = self.budget.spent()
         save_state(self.path, self.state)
         self._keep_weights(set())  # weights a kill left behind before they reached their run
-        self.tracker.log_artifact(self.state.parent_run_id, self._spec_file())
+        self.tracker.log_artifact(self.state.parent_run_id, self.weights.spec_file())
         # Processes of one shared search finish into one folder and parent run: the table is read
         # and written under a lock, so the last writer has read every trial shared before it.
         with folder_lock(self.out_dir):
