@@ -17,7 +17,7 @@ from typing import Any
 from rankitect.cli_models import cmd_export, cmd_finetune, cmd_probe, cmd_train, set_threads
 from rankitect.config import Config, load_config
 from rankitect.errors import UserError
-from rankitect.signals import Stopped
+from rankitect.signals import Stopped, stop_on_signals
 
 Handler = Callable[[argparse.Namespace, Config], int]
 
@@ -250,11 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides = _flag_overrides(args, args.flags) + list(args.overrides)
         cfg = load_config(args.config, overrides)
-        return int(args.handler(args, cfg) or 0)
+        with stop_on_signals():  # SIGTERM and Ctrl-C end every command with 128 + the signal
+            return int(args.handler(args, cfg) or 0)
     except UserError as e:  # one line, whatever a hostile value held
         print(f"rankitect: error: {str(e).replace(chr(10), chr(92) + 'n')}", file=sys.stderr)
         return 2
-    except Stopped as e:  # SIGTERM or SIGINT during a search: it said how to resume
+    except Stopped as e:  # SIGTERM or SIGINT (a search has said how to resume)
         print(f"rankitect: stopped by {e.name}", file=sys.stderr)
         return int(e.code)
     except KeyboardInterrupt:

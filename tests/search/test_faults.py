@@ -163,3 +163,21 @@ def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) ->
     arch = Architecture.from_json(Path(_client().download_artifacts(best.info.run_id, "genotype.json",
                                                                     str(outcome.out_dir / "dl"))).read_text())
     assert set(state) == set(build_model(arch, runner.data.spec).state_dict())
+
+
+def test_every_command_stopped_by_a_signal_exits_128_plus_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Not only a search: ``data synth`` (and train, finetune...) stopped by SIGTERM report 143, not 0."""
+    import signal
+
+    import rankitect.data
+
+    from rankitect.cli import main
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+
+    monkeypatch.setattr(rankitect.data, "generate_synthetic", terminated)
+    assert main(["data", "synth", "-o", str(tmp_path / "d"), "--rows", "200"]) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
