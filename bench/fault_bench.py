@@ -70,7 +70,9 @@ def kills(env: dict[str, str], work: Path, n: int, trials: int, seed: int) -> di
         if survived == n and proc.returncode == 0:
             break
     state = load_state(Path(MlflowClient(env["MLFLOW_TRACKING_URI"]).get_run(parent).data.tags["rankitect.checkpoint"]))
-    runs = {r.info.run_id: r for r in children(env["MLFLOW_TRACKING_URI"], parent) if r.info.status == "FINISHED"}
+    # every child run but those a stop signal leaves (a kill -9 leaves none): finished, failed, pruned
+    runs = {r.info.run_id: r for r in children(env["MLFLOW_TRACKING_URI"], parent)
+            if r.data.tags.get("rankitect.trial") != "stopped"}
     recorded = {t.run_id for t in state.trials}
     names = [t.name for t in state.trials]
     return {"kills survived": survived, "finished": int(state.done), "trials": len(state.candidates()),

@@ -16,7 +16,7 @@ import fcntl
 import warnings
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +109,16 @@ def storage_lock(storage: str) -> Iterator[None]:
         yield from _advisory_lock(storage)
     else:
         yield
+
+
+def proposal_lock(storage: str | None) -> Any:
+    """:func:`storage_lock` around recording a proposal in a shared study (no lock in memory).
+
+    Optuna numbers a trial when it is created and its genotype attribute is set after, so two
+    processes proposing one genotype at once could each miss the other's; under the lock a
+    proposal is recorded with its genotype and checked against the others in one step.
+    """
+    return storage_lock(storage) if storage is not None else nullcontext()
 
 
 def _advisory_lock(storage: str) -> Iterator[None]:
