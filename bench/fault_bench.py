@@ -6,8 +6,8 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
 
 1. ``--kills`` times, a tiny ``evolution`` search (``--trials`` candidates, one baseline) is killed
    with SIGKILL at a random moment (seeded), then resumed; a last resume runs it to its end. Lost:
-   a trial in the checkpoint without its finished child run, or a finished child run the
-   checkpoint does not hold; repeated: one genotype trained twice.
+   a trial in the checkpoint without its child run (finished, failed or pruned), or a child run
+   the checkpoint does not hold; repeated: one genotype trained twice.
 2. ``--processes`` search processes released at once by a barrier on a fresh storage (SQLite, and
    PostgreSQL when Debian's server is installed): they must all exit 0 with one parent run, the
    trial budget trained exactly once, every trial's child run present.
