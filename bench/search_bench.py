@@ -1,14 +1,16 @@
 """Search overhead: a trial through the runner (Lightning + MLflow) against a bare training loop.
 
     .venv/bin/python bench/search_bench.py                   # DLRM baseline, 300 steps, 3 reps
-    .venv/bin/python bench/search_bench.py --steps 100 --trials 4 --threads 1
+    .venv/bin/python bench/search_bench.py --steps 50 --reps 7 --trials 0 --threads 1
 
 Prints, in one run on the default synthetic data:
 
-1. per-trial overhead: the same candidate (``--arch``, a baseline) trained for the same steps and
-   scored on the same validation/test batches, (a) as the search runner does it — ``run_trial``
-   through the Lightning task, plus logging the child run to MLflow — and (b) in a bare PyTorch
-   loop with the same optimizers; interleaved repetitions, median wall times and their ratio;
+1. per-trial overhead: the same candidate (``--arch``, a baseline) trained for the same steps under
+   the training protocol (validations on schedule, best state kept and restored, test scored),
+   (a) as the search runner does it — a rung-study ticket, ``run_trial`` through the Lightning task
+   reporting every validation, closing the ticket, logging the child run to MLflow — and (b) in a
+   bare PyTorch loop with the same optimizers, batches and validations; interleaved repetitions,
+   median wall times and their ratio;
 2. trials per minute of a real ``evolution`` search on the ``nasrec`` space (``--trials`` trials,
    no baselines), end to end through ``SearchRunner``.
 """
@@ -20,6 +22,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -29,26 +32,31 @@ from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
 from rankitect.search.base import TrialResult
 from rankitect.search.runner import SearchRunner
+from rankitect.search.pruning import Rungs
 from rankitect.search.trial import run_trial
 from rankitect.space import build_model, cost
 from rankitect.space.baselines import get_baseline
 from rankitect.track import Tracker
 from rankitect.train.loop import BatchStream, score
+from rankitect.train.protocol import Schedule
 from rankitect.train.optim import RowWiseAdagrad
 from rankitect.train.task import split_parameters
 
 
 def bare_trial(arch, data, cfg) -> dict[str, float]:
-    """Train with a plain loop (same optimizers, batches and in-training validations), then score
-    like the runner: the difference is what Lightning and MLflow add."""
+    """Train with a plain loop (same optimizers, batches and validations as the protocol's
+    schedule, best state kept and restored), then test: the difference is what Lightning, the
+    rung study and MLflow add."""
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = build_model(arch, data.spec)
     sparse, dense = split_parameters(model)
     opts = [RowWiseAdagrad(sparse, lr=cfg.lr_sparse), torch.optim.Adam(dense, lr=cfg.lr_dense)]
     loss_fn = nn.BCEWithLogitsLoss()
+    plan = Schedule.of(cfg, len(data.split("train")), len(data.split("val")))
     stream = iter(BatchStream(data.split("train"), cfg.batch_size, shuffle=True, seed=cfg.seed, repeat=True))
-    for step in range(cfg.steps):
+    best, state = float("inf"), None
+    for step in range(1, plan.total_steps + 1):
         batch = next(stream)
         loss = loss_fn(model(batch), batch.labels)
         for o in opts:
@@ -56,13 +64,18 @@ def bare_trial(arch, data, cfg) -> dict[str, float]:
         loss.backward()
         for o in opts:
             o.step()
-        if (step + 1) % cfg.val_every == 0:  # the runner validates here too (divergence guard)
-            evaluate(model, data.split("val").batches(cfg.batch_size, shuffle=False), cfg.val_batches)
-    return score(model, data, cfg)
+        if step % plan.interval == 0 or step % plan.epoch_steps == 0 or step == plan.total_steps:
+            ne = evaluate(model, data.split("val").batches(cfg.batch_size, shuffle=False), cfg.val_batches)["ne"]
+            if ne < best:
+                best, state = ne, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    return score(model, data, cfg, splits=("test",))
 
 
-def runner_trial(arch, data, cfg, tracker: Tracker, parent: str) -> TrialResult:
-    out = run_trial(arch, data, cfg)
+def runner_trial(arch, data, cfg, tracker: Tracker, parent: str, rungs: Rungs) -> TrialResult:
+    ticket = rungs.ticket(arch.hash, prune=False)
+    out = run_trial(arch, data, cfg, ticket=ticket)
+    rungs.close(ticket, out.result)
     tracker.log_trial(parent, arch, out.result)
     return out.result
 
@@ -72,11 +85,15 @@ def overhead(args: argparse.Namespace, data, tmp: str) -> None:
     arch = get_baseline(args.arch, data.spec)
     tracker = Tracker(f"sqlite:///{tmp}/mlflow.db", "bench")
     parent = tracker.start_search({"bench": True}, "bench", "bench")
+    rungs = Rungs(None, None, Path(tmp) / "rungs.journal", reduction=3, min_validations=1)
     times: dict[str, list[float]] = {"runner": [], "bare": []}
     for _ in range(args.reps):
         for name in ("runner", "bare"):  # interleaved: the machine's noise hits both alike
             start = time.perf_counter()
-            runner_trial(arch, data, cfg, tracker, parent) if name == "runner" else bare_trial(arch, data, cfg)
+            if name == "runner":
+                runner_trial(arch, data, cfg, tracker, parent, rungs)
+            else:
+                bare_trial(arch, data, cfg)
             times[name].append(time.perf_counter() - start)
     r, b = statistics.median(times["runner"]), statistics.median(times["bare"])
     print(f"\nper-trial overhead: {args.arch}, {args.steps} steps x {cfg.batch_size} rows, "
@@ -111,7 +128,8 @@ def main() -> None:
     data = open_data("synthetic", rows=load_config().data.rows, progress=True)
     with tempfile.TemporaryDirectory() as tmp:
         overhead(args, data, tmp)
-        throughput(args, tmp)
+        if args.trials:
+            throughput(args, tmp)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Schema keys (anything else is an error naming the schema file and the key)::
 
     label: clicked                # required: a 0/1 (or boolean) column
-    dense: [price, age]           # real-valued columns; missing -> 0, no other transform
+    dense: [price, age]           # real-valued columns; missing -> 0
+    dense_transform: log1p        # "log1p" (default): sign(x) * log(1 + |x|); "none": as read
     sparse: [user, item, city]    # categorical columns (strings or ints)
     request: [user, city]         # which of the above are request side (default: none)
     request_id: session           # optional: rows sharing it form one request
@@ -46,9 +47,10 @@ from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root
 from rankitect.data.vocab import VocabCounter
 from rankitect.errors import DataError
 
-READER_VERSION = 1
-SCHEMA_KEYS = ("label", "dense", "sparse", "request", "request_id", "vocab", "vocab_size", "min_count",
-               "fractions", "split_seed", "name")
+READER_VERSION = 2  # 2: dense columns log1p-transformed by default
+SCHEMA_KEYS = ("label", "dense", "dense_transform", "sparse", "request", "request_id", "vocab", "vocab_size",
+               "min_count", "fractions", "split_seed", "name")
+DENSE_TRANSFORMS = ("log1p", "none")
 _WRITE_CHUNK = 65536
 
 
@@ -66,7 +68,8 @@ def load_schema(schema_path: str | Path, data_path: str | Path) -> dict[str, Any
     unknown = sorted(set(map(str, raw)) - set(SCHEMA_KEYS))
     if unknown:
         raise DataError(f"unknown schema key {unknown[0]!r} (known: {', '.join(SCHEMA_KEYS)})", path=str(sp))
-    s = {"dense": [], "sparse": [], "request": [], "request_id": None, "vocab": "train", "vocab_size": 100_000,
+    s = {"dense": [], "dense_transform": "log1p", "sparse": [], "request": [], "request_id": None, "vocab": "train",
+         "vocab_size": 100_000,
          "min_count": 1, "fractions": list(DEFAULT_FRACTIONS), "split_seed": 0, "name": Path(data_path).stem, **raw}
     _check_types(s, sp)
     return s
@@ -78,6 +81,8 @@ def _check_types(s: dict[str, Any], sp: Path) -> None:
 
     if not isinstance(s.get("label"), str):
         raise bad("label", "the label column name is required")
+    if s["dense_transform"] not in DENSE_TRANSFORMS:
+        raise bad("dense_transform", f"must be one of {list(DENSE_TRANSFORMS)}")
     for key in ("dense", "sparse", "request"):
         if not isinstance(s[key], list) or not all(isinstance(c, str) for c in s[key]):
             raise bad(key, "must be a list of column names")
@@ -223,6 +228,15 @@ def read_tabular(
     return cached(out, key, lambda d: _build(p, sp, s, d, meta))
 
 
+def dense_log1p(x: np.ndarray) -> np.ndarray:
+    """``sign(x) * log(1 + |x|)``: the dense transform of ``dense_transform: log1p``.
+
+    >>> dense_log1p(np.array([0.0, 1.0, -1.0, 99999.0])).round(3).tolist()
+    [0.0, 0.693, -0.693, 11.513]
+    """
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
 def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]) -> ClickData:
     df = _read_frame(p, s, sp)
     if len(df) == 0:
@@ -235,6 +249,8 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
     dense = np.zeros((len(df), len(s["dense"])))  # missing -> 0
     for j, c in enumerate(s["dense"]):
         dense[:, j] = np.nan_to_num(_numeric(df, c, p), nan=0.0)
+    if s["dense_transform"] == "log1p":  # heavy-tailed counts and amounts (as the Criteo reader does)
+        dense = dense_log1p(dense)
     order, rid, codes = _requests(df, s)
     ids, sizes = _sparse_ids(df, s, codes == 0)
     columns = {c: dense[:, j] for j, c in enumerate(s["dense"])} | {c: ids[:, j] for j, c in enumerate(s["sparse"])}

@@ -8,6 +8,7 @@ epochs, validations, early stopping and best-state restore it applies.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -111,15 +112,15 @@ def train_model(
     if steps is not None:
         cfg = replace(cfg, steps=steps)
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
-    train, val = data.split("train"), data.split("val")
-    schedule = Schedule.of(cfg, len(train), len(val))
-    check_warmup(cfg, schedule.total_steps)
     start = time.perf_counter()
     trained = model
-    if runtime is not None:
+    if runtime is not None:  # refuses a runtime this machine cannot run before any data is read
         from rankitect.train.runtime import prepare_training
 
         trained = prepare_training(model, data, cfg, runtime)
+    train, val = data.split("train"), data.split("val")
+    schedule = Schedule.of(cfg, len(train), len(val))
+    check_warmup(cfg, schedule.total_steps)
     protocol = Protocol(model, lambda: val.batches(cfg.batch_size, shuffle=False), cfg, schedule, report)
     accelerator = "gpu" if runtime is not None and runtime.device.startswith("cuda") else "cpu"
     precision = "bf16-mixed" if runtime is not None and runtime.precision == "bf16" else "32-true"
@@ -152,11 +153,24 @@ def score(model: nn.Module, data: Any, cfg: TrainConfig, splits: tuple[str, ...]
 def train_architecture(arch: Any, data: Any, cfg: TrainConfig, **kw: Any) -> TrainResult:
     """Build ``arch`` for ``data.spec`` with seed ``cfg.seed`` and train it (see :func:`train_model`).
 
-    The global torch RNG is forked, so seeding here leaves the caller's random state untouched.
+    The new model starts at the base rate (:func:`start_at_base_rate`). The global torch RNG is
+    forked, so seeding here leaves the caller's random state untouched.
     """
     from rankitect.space import build_model
 
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = build_model(arch, data.spec)
+        start_at_base_rate(model, data.split("train").ctr)
         return train_model(model, data, cfg, **kw)
+
+
+def start_at_base_rate(model: nn.Module, ctr: float) -> None:
+    """Set the bias of the output layer (``model.head.mlp[-1]``) to the log-odds of ``ctr``, so an
+    untrained model predicts the training click rate on average instead of 0.5 (the prior
+    initialization of Lin et al. 2017): the first epochs fit features instead of the base rate."""
+    head = getattr(getattr(model, "head", None), "mlp", None)
+    last = head[-1] if isinstance(head, nn.Sequential) and len(head) else None
+    if isinstance(last, nn.Linear) and last.bias is not None and 0.0 < ctr < 1.0:
+        with torch.no_grad():
+            last.bias.fill_(math.log(ctr / (1.0 - ctr)))

@@ -20,6 +20,7 @@ from rankitect.space import cost, get_space
 from rankitect.space.architecture import Architecture
 from rankitect.space.supernet import Supernet
 from rankitect.space.testing import tiny_spec
+from tests.learnable import learnable_source
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC, small_space
 
@@ -154,8 +155,9 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     # The default nasrec menu builds a supernet of ~300M weights; the mechanics are the same on a small one.
     monkeypatch.setattr("rankitect.space.get_space", lambda name, **kw: get_space(name, **{**SMALL_NASREC,
                                                                                             "num_blocks": 2}))
-    code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", "data.rows=3000", "train.steps=4",
-                 "train.batch_size=64", "train.val_every=4", "train.val_batches=2", "train.test_batches=2",
+    code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", f"data.source={learnable_source()}",
+                 "train.max_epochs=1",
+                 "train.batch_size=64", "train.val_batches=2", "train.test_batches=2",
                  "train.progress=false", "search.dnas.supernet_steps=12", "search.dnas.warmup_steps=4",
                  "search.dnas.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])
     assert code == 0
@@ -176,7 +178,8 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     # the supernet is kept, and a candidate can start fine-tuning from the weights cut out of it
     files = client.list_artifacts(supernet.info.run_id, "supernet")
     assert {"supernet/state_dict.pt", "supernet/space.json", "supernet/feature_spec.json"} <= {f.path for f in files}
-    code = main(["finetune", parent, "--from-supernet", "--steps", "2", "data.rows=3000", "train.batch_size=64",
+    code = main(["finetune", parent, "--from-supernet", "--steps", "2", f"data.source={learnable_source()}",
+                 "train.batch_size=64",
                  "train.val_every=2", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
                  "runtime.threads=1"])
     assert code == 0

@@ -19,6 +19,7 @@ from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.oneshot import best_scored, check_oneshot_config, evolve, make_scorer, train_supernet
 from rankitect.search.supernet_train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path
 from rankitect.space import get_space
+from tests.learnable import learnable_source
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
 
@@ -146,8 +147,9 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # The default nasrec menu builds a supernet of ~300M weights; the mechanics are the same on a small one.
     monkeypatch.setattr("rankitect.space.get_space", lambda name, **kw: get_space(name, **{**SMALL_NASREC,
                                                                                             "num_blocks": 2}))
-    code = main(["search", "--strategy", "oneshot", "data.rows=3000", "train.steps=4", "train.batch_size=64",
-                 "train.val_every=4", "train.val_batches=2", "train.test_batches=2", "train.progress=false",
+    code = main(["search", "--strategy", "oneshot", f"data.source={learnable_source()}", "train.max_epochs=1",
+                 "train.batch_size=64",
+                 "train.val_batches=2", "train.test_batches=2", "train.progress=false",
                  "search.oneshot.supernet_steps=12", "search.oneshot.warmup_steps=4", "search.oneshot.population=3",
                  "search.oneshot.sample_size=2", "search.oneshot.children=2", "search.oneshot.finetune_batches=1",
                  "search.oneshot.finetune_steps=2",

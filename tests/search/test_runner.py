@@ -18,13 +18,13 @@ from rankitect.config import load_config
 from rankitect.search.checkpoint import load_state
 from rankitect.search.runner import SearchRunner
 
+from tests.learnable import learnable_source
 from .pg_server import postgres_server
 from .together import start_together
 
-TINY = [  # long enough that the candidates drawn here pass the divergence guard (NE below 1 by step 60)
-    "data.rows=3000", "train.steps=60", "train.batch_size=64", "train.val_every=10", "train.val_batches=2",
-    "train.test_batches=2", "train.warmup_steps=60", "search.evolution.population=2",
-    "search.evolution.sample_size=2", "runtime.threads=1", "search.pruning=none",
+TINY = [
+    f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.val_batches=2",
+    "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
 ]
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.space import build_model
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.testing import tiny_batch, tiny_spec
-from rankitect.train.loop import train_model
+from rankitect.train.loop import start_at_base_rate, train_model
 from rankitect.train.runtime import POST_GRAD_FUSIONS, PRE_GRAD_FUSIONS, CompiledModel, fusion_options
 from tests.train.runtime_data import tiny_data
 
@@ -136,6 +136,13 @@ def test_fusion_options_reach_inductor(fusion: bool, monkeypatch: pytest.MonkeyP
     assert counters["inductor"]["batch_linear"] == (1 if fusion else 0)
 
 
+def _fresh(data: Any) -> nn.Module:
+    """The model as rankitect trains a new one: built, then started at the base rate."""
+    model = build_model(ARCH, data.spec)
+    start_at_base_rate(model, data.split("train").ctr)
+    return model
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return tiny_data(Path(tmp_path_factory.mktemp("rt")) / "tiny")
@@ -148,23 +155,23 @@ def test_train_model_with_a_failing_compiler_still_trains(data: Any, monkeypatch
         raise RuntimeError("inductor is broken here")
 
     monkeypatch.setattr(cfx, "compile_fx", broken_inductor)
-    cfg = TrainConfig(steps=4, batch_size=64, val_every=4, val_batches=2, test_batches=2, progress=False)
+    cfg = TrainConfig(steps=16, batch_size=64, val_every=16, val_batches=2, test_batches=2, progress=False, lr_dense=0.005)
     torch.manual_seed(0)
-    model = build_model(ARCH, data.spec)
+    model = _fresh(data)
     with pytest.warns(UserWarning, match="inductor is broken here") as record:
         out = train_model(model, data, cfg, runtime=RuntimeConfig(compile=True))
     assert sum("torch.compile failed" in str(w.message) for w in record) == 1
-    assert out.steps == 4 and out.model is model
+    assert out.steps == 16 and out.model is model
     assert 0 < out.metrics["test/ne"] < 2
 
 
 def test_runtime_none_and_default_runtime_train_alike(data: Any) -> None:
     """The runtime argument with defaults (eager fp32) changes nothing: same seed, same weights."""
-    cfg = TrainConfig(steps=3, batch_size=64, val_every=3, val_batches=1, test_batches=1, progress=False)
+    cfg = TrainConfig(steps=16, batch_size=64, val_every=16, val_batches=1, test_batches=1, progress=False, lr_dense=0.005)
     results = []
     for runtime in (None, RuntimeConfig()):
         torch.manual_seed(0)
-        results.append(train_model(build_model(ARCH, data.spec), data, cfg, runtime=runtime))
+        results.append(train_model(_fresh(data), data, cfg, runtime=runtime))
     for a, b in zip(results[0].model.parameters(), results[1].model.parameters()):
         torch.testing.assert_close(a, b)
 
@@ -182,11 +189,13 @@ def test_compiled_training_through_the_trainer_matches_eager(data: Any, monkeypa
         return gm.forward
 
     monkeypatch.setattr(cfx, "compile_fx", run_captured_graph)
-    cfg = TrainConfig(steps=7, batch_size=96, val_every=7, val_batches=1, test_batches=1, progress=False)
+    cfg = TrainConfig(steps=18, batch_size=96, val_every=18, val_batches=1, test_batches=1, progress=False, lr_dense=0.02,
+                      lr_sparse=0.2,
+                      warmup_steps=18)
     results = []
     for runtime in (None, RuntimeConfig(compile=True)):
         torch.manual_seed(0)
-        results.append(train_model(build_model(ARCH, data.spec), data, cfg, runtime=runtime))
+        results.append(train_model(_fresh(data), data, cfg, runtime=runtime))
     assert len(compiles) == 1  # 512 rows / 96: the short sixth batch runs eager, no recompile
     assert "batch_linear" in compiles[0]["pre_grad_fusion_options"]
     for a, b in zip(results[0].model.parameters(), results[1].model.parameters()):
@@ -194,9 +203,10 @@ def test_compiled_training_through_the_trainer_matches_eager(data: Any, monkeypa
 
 
 def test_bf16_trains_the_products_in_bfloat16_and_keeps_fp32_weights(data: Any) -> None:
-    """``runtime.precision=bf16``: every Linear of the training and validation forwards computes in
-    bfloat16 (autocast), the weights stay float32, and training goes where fp32 training goes."""
-    cfg = TrainConfig(steps=6, batch_size=64, val_every=6, val_batches=2, test_batches=2, progress=False)
+    """``runtime.precision=bf16``: every Linear of the training forwards computes in bfloat16
+    (autocast), validations and scores in float32, the weights stay float32, and training goes
+    where fp32 training goes."""
+    cfg = TrainConfig(steps=16, batch_size=64, val_every=16, val_batches=2, test_batches=2, progress=False, lr_dense=0.005)
     seen: list[tuple[bool, torch.dtype]] = []
 
     def record(module: nn.Module, args: Any, output: torch.Tensor) -> None:
@@ -205,17 +215,18 @@ def test_bf16_trains_the_products_in_bfloat16_and_keeps_fp32_weights(data: Any) 
     results = {}
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
-        model = build_model(ARCH, data.spec)
+        model = _fresh(data)
         if precision == "bf16":
             hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.Linear)]
         results[precision] = train_model(model, data, cfg, runtime=RuntimeConfig(precision=precision))
     for h in hooks:
         h.remove()
-    scoring = (cfg.val_batches + cfg.test_batches) * len(hooks)  # the final val/test scores: fp32
-    during_fit = seen[: len(seen) - scoring]
-    assert {grad for grad, _ in during_fit} == {True, False}  # training and validation forwards both seen
-    assert {dtype for _, dtype in during_fit} == {torch.bfloat16}
-    assert {dtype for _, dtype in seen[len(during_fit):]} == {torch.float32}
+    training = [dtype for grad, dtype in seen if grad]
+    scoring = [dtype for grad, dtype in seen if not grad]  # validations and the test: float32
+    assert len(training) == cfg.steps * len(hooks) and set(training) == {torch.bfloat16}
+    validations = len(results["bf16"].history)
+    assert len(scoring) == (validations * cfg.val_batches + cfg.test_batches) * len(hooks)
+    assert set(scoring) == {torch.float32}
     assert all(p.dtype == torch.float32 for p in results["bf16"].model.parameters())
     for a, b in zip(results["fp32"].model.parameters(), results["bf16"].model.parameters()):
         assert not torch.equal(a, b)  # bf16 rounding changed the trajectory ...

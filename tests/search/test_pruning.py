@@ -1,0 +1,169 @@
+"""Multi-fidelity search: the successive-halving rule against a naive reference, pruned trials in
+the runner (own MLflow status, partial curve kept, budget slot reused), and the time budget."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rankitect.train.protocol as protocol
+from rankitect.config import load_config
+from rankitect.errors import ConfigError
+from rankitect.search.base import TrialResult
+from rankitect.search.budget import parse_duration
+from rankitect.search.pruning import Rungs
+from rankitect.search.runner import SearchRunner
+from rankitect.train.task import TrialPruned
+
+from tests.learnable import learnable_source
+
+TINY = [
+    f"data.source={learnable_source()}", "train.batch_size=64", "train.max_epochs=3", "train.test_batches=2",
+    "search.strategy=random", "runtime.threads=1",
+]
+
+
+def _naive_keeps(value: float, at_rung: list[float], reduction: int) -> bool:
+    """Successive halving, written out: keep a trial whose value is among the best
+    ``len // reduction`` of every value that reached the rung (itself included), or the best when
+    fewer than ``reduction`` did."""
+    ranked = sorted(at_rung)
+    k = max(len(ranked) // reduction, 1)
+    return value <= ranked[k - 1]
+
+
+def test_rung_rule_matches_the_textbook(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=1)
+    base = rungs.ticket("baseline", prune=False).reporter()
+    base(1, 0.8)  # a baseline's rung value counts for every later trial
+    seen = [0.8]
+    for i in range(25):
+        value = float(rng.uniform(0.6, 1.0))
+        ticket = rungs.ticket(f"c{i}")
+        reporter = ticket.reporter()
+        seen.append(value)
+        keep = _naive_keeps(value, seen, 3)
+        try:
+            reporter(1, value)
+            kept = True
+        except TrialPruned:
+            kept = False
+        assert kept == keep, (i, value, sorted(seen))
+        rungs.close(ticket, TrialResult.pruning("x", val_ne=value, mflops=1.0, params=1, train_seconds=0.0, steps=1)
+                    if not kept else TrialResult(val_ne=value, mflops=1.0))
+
+
+def test_rungs_are_at_min_times_reduction_powers(tmp_path: Path) -> None:
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=2, min_validations=2)
+    best = rungs.ticket("best", prune=False).reporter()
+    for k in range(1, 9):
+        best(k, 0.5)
+    worse = rungs.ticket("worse").reporter()
+    worse(1, 0.9)  # before the first rung (2 validations): never pruned
+    with pytest.raises(TrialPruned, match="after validation 2"):
+        worse(2, 0.9)
+    last = rungs.ticket("last").reporter()
+    last(1, 0.9)
+    last(2, 0.9, True)  # a final validation is recorded at its rung but never pruned
+
+
+class PlantedCurves:
+    """``evaluate`` during training: a planted NE curve per trained model, in training order."""
+
+    def __init__(self, curves: list[list[float]]) -> None:
+        self.curves, self.models, self.calls = curves, [], []  # models held, so that none is reused
+
+    def __call__(self, model, batches, max_batches=0):
+        i = next((j for j, m in enumerate(self.models) if m is model), None)
+        if i is None:
+            i = len(self.models)
+            self.models.append(model)
+            self.calls.append(0)
+        k, self.calls[i] = self.calls[i], self.calls[i] + 1
+        ne = self.curves[i][min(k, len(self.curves[i]) - 1)]
+        return {"ne": ne, "logloss": ne, "auc": 0.7, "calibration": 1.0}
+
+
+@pytest.fixture()
+def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path_factory.getbasetemp() / "pruning-data"))
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    return uri
+
+
+def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(env, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    # baseline, then candidates: the first is worse than the baseline at rung 1 and pruned there;
+    # the next two lead their rungs and finish. Two trials: the pruned one's slot goes to a third.
+    planted = PlantedCurves([[0.5, 0.5, 0.5], [0.9, 0.9, 0.9], [0.4, 0.35, 0.3], [0.3, 0.3, 0.3]])
+    monkeypatch.setattr(protocol, "evaluate", planted)
+    lines: list[str] = []
+    cfg = load_config(overrides=[*TINY, "search.trials=2", "search.baselines=[dlrm]"])
+    outcome = SearchRunner(cfg, echo=lines.append).run()
+    cands = outcome.table[outcome.table["kind"] == "candidate"]
+    assert sorted(cands["status"]) == ["ok", "ok", "pruned"]
+    assert any(" pruned: val/ne 0.9000" in line for line in lines)
+    client = MlflowClient(env)
+    runs = client.search_runs([client.get_experiment_by_name("rankitect").experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
+    pruned = [r for r in runs if r.data.tags.get("rankitect.status") == "pruned"]
+    assert len(pruned) == 1 and pruned[0].info.status == "KILLED"
+    curve = client.get_metric_history(pruned[0].info.run_id, "curve/val_ne")
+    assert [m.value for m in curve] == [0.9]  # the partial curve: one validation before it was stopped
+    assert not outcome.table.loc[outcome.table["status"] == "pruned", "winner"].any()
+
+
+def test_every_candidate_pruned_still_ends(env, monkeypatch) -> None:
+    planted = PlantedCurves([[0.5] * 3] + [[0.9] * 3] * 20)
+    monkeypatch.setattr(protocol, "evaluate", planted)
+    cfg = load_config(overrides=[*TINY, "search.trials=2", "search.baselines=[dlrm]", "search.pruning_reduction=2"])
+    outcome = SearchRunner(cfg, echo=lambda line: None).run()
+    cands = outcome.table[outcome.table["kind"] == "candidate"]
+    assert list(cands["status"]) == ["pruned"] * 4  # proposals stop at trials x reduction
+    assert outcome.best is None
+
+
+def test_time_budget_stops_new_candidates(env) -> None:
+    box: dict[str, SearchRunner] = {}
+
+    def clock() -> float:  # 100 s go by with every finished trial
+        runner = box.get("runner")
+        return 0.0 if runner is None else 100.0 * len(runner.state.trials)
+
+    lines: list[str] = []
+    cfg = load_config(overrides=[*TINY, "train.max_epochs=1", "search.trials=10", "search.baselines=[]",
+                                 "search.time_budget=4m10s"])
+    runner = SearchRunner(cfg, echo=lines.append, clock=clock)
+    box["runner"] = runner
+    outcome = runner.run()
+    assert len(runner.state.candidates()) == 3  # started at 0, 100 and 200 s; none at 300 s
+    assert any(line.startswith("time budget spent (5.0 of 4.2 min)") for line in lines)
+    assert outcome.spending["total"] == 300.0
+    trained = sum(outcome.spending[k] for k in ("candidates", "pruned", "failed"))
+    assert trained == pytest.approx(sum(t.result["train_seconds"] for t in runner.state.candidates()))
+    from mlflow import MlflowClient
+
+    metrics = MlflowClient(env).get_run(outcome.parent_run_id).data.metrics
+    assert metrics["budget/total_seconds"] == 300.0 and "budget/pruned_seconds" in metrics
+
+
+@pytest.mark.parametrize("bad", ["soon", "-5m", "0", "5 parsecs"])
+def test_bad_time_budget_is_a_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="search.time_budget"):
+        parse_duration(bad)
+
+
+def test_search_with_workers_prunes_through_the_journal(env) -> None:
+    cfg = load_config(overrides=[*TINY, "search.trials=3", "search.workers=2", "search.baselines=[dlrm]"])
+    outcome = SearchRunner(cfg, echo=lambda line: None).run()
+    statuses = set(outcome.table["status"])
+    assert statuses <= {"ok", "pruned"} and (outcome.table["status"] == "ok").sum() >= 3
+    assert (outcome.out_dir / "rungs.journal").is_file()
+    assert os.path.getsize(outcome.out_dir / "rungs.journal") > 0
