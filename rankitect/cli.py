@@ -22,6 +22,7 @@ from rankitect.cli_output import set_verbosity
 from rankitect.config import Config, load_config
 from rankitect.errors import UserError
 from rankitect.track.store import serve_ui, store_args
+from rankitect.signals import Stopped, stop_on_signals
 
 Handler = Callable[[argparse.Namespace, Config], int]
 # A config override: a dotted key (``data.rows``), then ``=``. Told apart from positional arguments
@@ -89,14 +90,15 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.search.progress import SearchProgress
     from rankitect.search.runner import SearchRunner, runner_class
 
-    set_threads(cfg)
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
         print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "
               "fp32 (a cold compile costs more than a few hundred steps save: bench/runtime_bench.py)")
     if args.resume:
         runner = SearchRunner.resume(args.resume, cfg, _flag_overrides(args, args.flags) + list(args.overrides))
     else:
+        set_threads(cfg)
         runner = runner_class(cfg.search.strategy)(cfg)
+    set_threads(runner.cfg)  # a resumed search: its saved runtime.threads, unless overridden
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}",
           flush=True)
@@ -175,8 +177,6 @@ def cmd_runs(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_ui(args: argparse.Namespace, cfg: Config) -> int:
-    import subprocess
-
     from rankitect.track import Tracker, resolve_uri, ui_command
 
     argv = ui_command(cfg.track.uri, host=args.host, port=args.port)
@@ -300,10 +300,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = _flag_overrides(args, args.flags) + list(args.overrides)
         cfg = load_config(args.config, overrides)
         args.explicit = _explicit_keys(args.config, overrides)
-        return int(args.handler(args, cfg) or 0)
-    except UserError as e:
-        print(f"rankitect: error: {e}", file=sys.stderr)
+        with stop_on_signals():  # SIGTERM and Ctrl-C end every command with 128 + the signal
+            return int(args.handler(args, cfg) or 0)
+    except UserError as e:  # one line, whatever a hostile value held
+        print(f"rankitect: error: {str(e).replace(chr(10), chr(92) + 'n')}", file=sys.stderr)
         return 2
+    except Stopped as e:  # SIGTERM or SIGINT (a search has said how to resume)
+        print(f"rankitect: stopped by {e.name}", file=sys.stderr)
+        return int(e.code)
     except KeyboardInterrupt:
         print("rankitect: interrupted", file=sys.stderr)
         return 130

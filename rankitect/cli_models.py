@@ -162,11 +162,11 @@ def _log_loss_curve(tracker: Any, run_id: str, losses: list[float]) -> None:
 def _attach_weights(tracker: Any, run_id: str, model: Any, spec: Any) -> None:
     import tempfile
 
-    import torch
+    from rankitect.track.weights import save_weights
 
     with tempfile.TemporaryDirectory() as tmp:
-        weights, spec_file = Path(tmp) / "w.pt", Path(tmp) / "spec.json"
-        torch.save(model.state_dict(), weights)
+        weights = save_weights(model.state_dict(), Path(tmp) / "model.safetensors")
+        spec_file = Path(tmp) / "spec.json"
         spec.save(spec_file)
         tracker.log_model_files(run_id, weights, spec_file)
 
@@ -184,10 +184,14 @@ def _load_arch(ref: str, spec: Any) -> Any:
     path = Path(ref)
     if not path.is_file():
         raise UserError(f"--arch {ref}: no such file (give a genotype JSON or baseline:NAME)")
+    from rankitect.space.flops import cost
+
     try:
-        return Architecture.from_json(path.read_text())
+        arch = Architecture.from_json(path.read_text())
+        cost(arch, spec)  # builds it without weights: an unknown op, activation or size is refused here
     except (ValueError, TypeError, KeyError) as e:
         raise UserError(f"{path}: not a valid genotype: {e}") from None
+    return arch
 
 
 def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
@@ -276,6 +280,7 @@ def _probe_target(args: argparse.Namespace, cfg: Config, data: Any, tracker: Any
             torch.manual_seed(cfg.train.seed)
             return build_model(arch, data.spec), f"{target} ({arch.hash}, random init)"
     from rankitect.data.spec import FeatureSpec
+    from rankitect.export.exporter import read_state_dict
     from rankitect.export.finetune import check_same_features
     from rankitect.space.architecture import Architecture
 
@@ -283,5 +288,5 @@ def _probe_target(args: argparse.Namespace, cfg: Config, data: Any, tracker: Any
         files = tracker.fetch_model_files(target, tmp)
         check_same_features(FeatureSpec.load(files.spec), data.spec, f"probe {target}")
         model = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
-        model.load_state_dict(torch.load(files.weights, weights_only=True))
+        model.load_state_dict(read_state_dict(files.weights))  # an unreadable file: one-line DataError
     return model, f"run {files.run_id}"

@@ -1,7 +1,8 @@
 """Typed configuration: dataclasses loaded strictly from YAML plus ``key=value`` overrides.
 
-An unknown key or a value of the wrong type raises :class:`~rankitect.errors.ConfigError` naming
-the dotted key; the CLI turns that into exit status 2 before anything is written.
+An unknown key, a value of the wrong type or a number outside its range (:data:`RANGES`, one
+table for every numeric key) raises :class:`~rankitect.errors.ConfigError` naming the dotted key;
+the CLI turns that into exit status 2 before any data is read or anything is written.
 
 >>> cfg = load_config(overrides=["search.trials=8", "train.lr_dense=0.01"])
 >>> cfg.search.trials, cfg.train.lr_dense
@@ -10,17 +11,22 @@ the dotted key; the CLI turns that into exit status 2 before anything is written
 Traceback (most recent call last):
 ...
 rankitect.errors.ConfigError: unknown config key 'search.trails' (known under 'search': ...)
+>>> load_config(overrides=["train.steps=0"])
+Traceback (most recent call last):
+...
+rankitect.errors.ConfigError: config key 'train.steps' must be >= 1, got 0
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 
@@ -164,6 +170,71 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
 
+class Range(NamedTuple):
+    """Allowed values of a numeric key: ``low <= v`` (``low < v`` when ``open_low``), ``v <= high``."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+
+    def __contains__(self, v: object) -> bool:
+        if not isinstance(v, (int, float)) or not math.isfinite(v):  # NaN and infinities are in no range
+            return False
+        above = self.low is None or (v > self.low if self.open_low else v >= self.low)
+        return above and (self.high is None or v <= self.high)
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.open_low else '['}{self.low}, {self.high}]"
+        if self.low is not None:
+            return f"{'>' if self.open_low else '>='} {self.low}"
+        return f"<= {self.high}"
+
+
+AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(0), Range(1), Range(0, open_low=True)
+# Every int and float key of the dataclasses above (a test checks that none is missing), checked by
+# ``load_config`` so that a wrong number stops the command before any data is read.
+RANGES: dict[str, Range] = {
+    "data.rows": Range(100), "data.seed": AT_LEAST_0, "data.vocab_size": Range(2),
+    "train.max_epochs": AT_LEAST_1, "train.steps": AT_LEAST_1, "train.patience": AT_LEAST_0,
+    "train.batch_size": AT_LEAST_1, "train.lr_dense": POSITIVE,
+    "train.lr_sparse": POSITIVE, "train.weight_decay": AT_LEAST_0, "train.val_every": AT_LEAST_0,
+    "train.val_batches": AT_LEAST_0, "train.test_batches": AT_LEAST_0, "train.warmup_steps": AT_LEAST_0,
+    "train.seed": AT_LEAST_0,
+    "search.trials": AT_LEAST_1, "search.seed": AT_LEAST_0, "search.target_mflops": POSITIVE,
+    "search.time_budget": POSITIVE,  # in seconds; a string ("90m") is checked by search.budget.parse_duration
+    "search.pruning_reduction": Range(2), "search.pruning_min_validations": AT_LEAST_1,
+    "search.penalty_weight": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
+    "search.evolution.population": AT_LEAST_1, "search.evolution.sample_size": AT_LEAST_1,
+    "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.warmup_steps": AT_LEAST_0,
+    "search.oneshot.population": AT_LEAST_1, "search.oneshot.sample_size": AT_LEAST_1,
+    "search.oneshot.children": AT_LEAST_0, "search.oneshot.finetune_batches": AT_LEAST_1,
+    "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,
+    "search.oneshot.top_k": AT_LEAST_1, "search.oneshot.log_every": AT_LEAST_1,
+    "search.dnas.supernet_steps": AT_LEAST_1, "search.dnas.warmup_steps": AT_LEAST_0,
+    "search.dnas.arch_every": AT_LEAST_1, "search.dnas.arch_lr": POSITIVE, "search.dnas.tau_start": POSITIVE,
+    "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
+    "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0,
+}
+# Keys bounded by another key: (key, bound, what the bound is called).
+BOUNDED_BY = [("search.evolution.sample_size", "search.evolution.population"),
+              ("search.oneshot.sample_size", "search.oneshot.population")]
+
+
+def validate(cfg: Config) -> Config:
+    """``cfg`` if every numeric key lies in its :data:`RANGES` entry; else a ``ConfigError``
+    naming the first key outside it, its range and its value."""
+    flat = flatten(to_dict(cfg))
+    for key, allowed in RANGES.items():
+        value = flat[key]
+        if value is not None and not isinstance(value, str) and value not in allowed:
+            raise ConfigError(f"config key {key!r} must be {allowed}, got {value!r}")
+    for key, bound in BOUNDED_BY:
+        if flat[key] > flat[bound]:
+            raise ConfigError(f"config key {key!r} must be <= {bound} ({flat[bound]}), got {flat[key]!r}")
+    return cfg
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Defaults, then the YAML file at ``path`` (if any), then ``key=value`` overrides."""
     return config_from_dict(_read_yaml(path) if path is not None else {}, overrides)
@@ -177,7 +248,7 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key=value")
         _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
-    return _build(Config, raw, prefix="")
+    return validate(_build(Config, raw, prefix=""))
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:

@@ -62,3 +62,50 @@ def test_flatten_round_trips_every_leaf() -> None:
     flat = flatten(to_dict(Config()))
     assert flat["search.evolution.population"] == Config().search.evolution.population
     assert all("." in k for k in flat)
+
+
+def _numeric_keys(cls: type, prefix: str = "") -> dict[str, type]:
+    """Every key whose type admits an int or a float, with that type (int first)."""
+    import dataclasses
+    import typing
+
+    keys = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(tp):
+            keys.update(_numeric_keys(tp, f"{prefix}{name}."))
+        elif {int, float} & ({tp} | set(typing.get_args(tp))):
+            keys[prefix + name] = int if int in ({tp} | set(typing.get_args(tp))) else float
+    return keys
+
+
+def test_every_numeric_key_has_a_range_and_nothing_else_does() -> None:
+    from rankitect.config import RANGES
+
+    assert sorted(RANGES) == sorted(_numeric_keys(Config))
+
+
+def test_each_range_is_checked_at_its_bound() -> None:
+    """Walk every range: its closed bound loads, the nearest value outside it is refused naming the key."""
+    from rankitect.config import RANGES
+
+    base = ["search.evolution.sample_size=1", "search.oneshot.sample_size=1"]  # bounded by the populations
+    for key, allowed in RANGES.items():
+        is_int = _numeric_keys(Config)[key] is int
+        if allowed.low is None:
+            continue
+        if not allowed.open_low:
+            assert flatten(to_dict(load_config(overrides=[*base, f"{key}={allowed.low}"])))[key] == allowed.low
+        outside = allowed.low - (0 if allowed.open_low else (1 if is_int else 1e-9))
+        with pytest.raises(ConfigError, match=f"'{key}' must be {'>' if allowed.open_low else '>='}"):
+            load_config(overrides=[*base, f"{key}={outside}"])
+
+
+@pytest.mark.parametrize("value", ["nan", ".nan", ".inf"])
+def test_non_finite_numbers_are_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match="train.lr_dense"):
+        load_config(overrides=[f"train.lr_dense={value}"])
+
+
+def test_a_tournament_larger_than_its_population_is_refused() -> None:
+    with pytest.raises(ConfigError, match="search.evolution.sample_size' must be <= search.evolution.population"):
+        load_config(overrides=["search.evolution.population=2", "search.evolution.sample_size=3"])

@@ -113,7 +113,7 @@ def _parse_block(block: bytes, lines: np.ndarray, path: Path) -> tuple[np.ndarra
     bad = np.flatnonzero((labels != 0) & (labels != 1))  # NaN is also bad
     if len(bad):
         k = bad[0]
-        raise DataError(f"label must be 0 or 1, got {df[0].iloc[k]!r}", path=str(path), line=int(lines[k]))
+        raise DataError(f"label must be 0 or 1, got {df[0].iloc[k].item()!r}", path=str(path), line=int(lines[k]))
     ints = df[list(range(1, 1 + N_INT))].to_numpy(np.float64)
     dense = np.log1p(np.maximum(np.nan_to_num(ints, nan=0.0), 0.0)).astype(np.float32)
     return labels.astype(np.float32), dense, df[list(range(1 + N_INT, N_COLS))]

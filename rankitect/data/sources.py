@@ -33,6 +33,10 @@ class DataOptions(Protocol):
     cache_dir: str | None
 
 
+# Splits a model cannot be trained or selected without (the test split only scores it).
+NEEDED_SPLITS = ("train", "val")
+
+
 def open_data(
     source: str = "synthetic", options: DataOptions | None = None, *, rows: int | None = None,
     seed: int | None = None, schema: str | Path | None = None, vocab_size: int | None = None,
@@ -44,14 +48,37 @@ def open_data(
     ``schema`` to tabular files, ``vocab_size`` to Criteo files (a tabular file takes its own from
     the schema). ``cache_dir`` is the cache root (default: ``$RANKITECT_DATA_DIR`` or
     ``~/.cache/rankitect/data``).
+
+    A data set whose train or validation split is empty is refused (a :class:`DataError` naming
+    the source and the size of each split): nothing could be trained or selected on it.
     """
+    return require_splits(_open(source, options, rows=rows, seed=seed, schema=schema, vocab_size=vocab_size,
+                                cache_dir=cache_dir, progress=progress), source)
+
+
+def require_splits(data: ClickData, source: str | Path) -> ClickData:
+    """``data`` if each of :data:`NEEDED_SPLITS` holds rows; else a :class:`DataError`."""
+    sizes = {name: len(data.split(name)) for name in SPLITS}
+    empty = [name for name in NEEDED_SPLITS if sizes[name] == 0]
+    if empty:
+        counts = ", ".join(f"{k} {v}" for k, v in sizes.items())
+        raise DataError(f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty ({counts} "
+                        "rows; rows go to a split by a hash of their request id): more rows or more distinct "
+                        "request ids are needed", path=str(source))
+    return data
+
+
+def _open(
+    source: str, options: DataOptions | None, *, rows: int | None, seed: int | None, schema: str | Path | None,
+    vocab_size: int | None, cache_dir: str | Path | None, progress: bool,
+) -> ClickData:
     pick = lambda given, name: given if given is not None else getattr(options, name, None)  # noqa: E731
     rows, seed, schema = pick(rows, "rows"), pick(seed, "seed"), pick(schema, "schema")
     vocab_size, cache_dir = pick(vocab_size, "vocab_size"), pick(cache_dir, "cache_dir")
     if source == "synthetic":
         from rankitect.data.synthetic import DEFAULT_ROWS, ensure_default_data
 
-        return ensure_default_data(rows=rows or DEFAULT_ROWS, seed=seed or 0, cache_dir=cache_dir, progress=progress)
+        return ensure_default_data(rows=DEFAULT_ROWS if rows is None else rows, seed=seed or 0, cache_dir=cache_dir, progress=progress)
     path = Path(source).expanduser()
     if path.is_dir():
         if not is_data_dir(path):

@@ -20,6 +20,8 @@ first), and a request never straddles splits (see :mod:`rankitect.data.hashing`)
 
 from __future__ import annotations
 
+import fcntl
+
 import hashlib
 import json
 import os
@@ -356,10 +358,17 @@ def is_data_dir(path: str | Path) -> bool:
 def cached(out_dir: Path, cache_key: str, build: Callable[[Path], ClickData]) -> ClickData:
     """Open ``out_dir`` when it holds a data set built with ``cache_key``; else ``build(out_dir)``.
 
-    ``build`` must store ``cache_key`` under ``meta["cache_key"]``.
+    ``build`` must store ``cache_key`` under ``meta["cache_key"]``. Processes that start together
+    build it once: the first builds under a lock file beside ``out_dir``, the others then open it.
     """
-    if is_data_dir(out_dir):
-        data = ClickData.open(out_dir)
-        if data.meta.get("cache_key") == cache_key:
-            return data
-    return build(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.with_name(out_dir.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if is_data_dir(out_dir):
+                data = ClickData.open(out_dir)
+                if data.meta.get("cache_key") == cache_key:
+                    return data
+            return build(out_dir)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

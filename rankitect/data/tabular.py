@@ -151,7 +151,7 @@ def _numeric(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     num = pd.to_numeric(orig, errors="coerce").to_numpy(np.float64)
     bad = np.flatnonzero(np.isnan(num) & orig.notna().to_numpy())
     if len(bad):
-        raise DataError(f"column {col!r}: {orig.iloc[bad[0]]!r} is not a number", **_where(path, int(bad[0])))
+        raise DataError(f"column {col!r}: {_plain(orig.iloc[bad[0]])!r} is not a number", **_where(path, int(bad[0])))
     return num
 
 
@@ -250,7 +250,7 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
     labels = _numeric(df, s["label"], p)
     bad = np.flatnonzero((labels != 0) & (labels != 1))
     if len(bad):
-        raise DataError(f"label {s['label']!r} must be 0 or 1, got {df[s['label']].iloc[bad[0]]!r}",
+        raise DataError(f"label {s['label']!r} must be 0 or 1, got {_plain(df[s['label']].iloc[bad[0]])!r}",
                         **_where(p, int(bad[0])))
     dense = np.zeros((len(df), len(s["dense"])))  # missing -> 0
     for j, c in enumerate(s["dense"]):
@@ -276,3 +276,8 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
             for col, hashes in vocabs.items():
                 np.save(w.tmp / "vocab" / f"{col}.npy", hashes)
         return w.close(meta)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (so messages show ``2.0``, not ``np.float64(2.0)``)."""
+    return value.item() if hasattr(value, "item") else value

@@ -16,6 +16,7 @@ The directory holds
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
@@ -79,10 +80,9 @@ def export_model(
         raise ValueError(f"the model was built from architecture {model.arch.hash}, not {arch.hash}")
     if model.spec != spec:
         raise ValueError("the model was built for another feature spec than the one given")
+    out = output_dir(out_dir)
     source = generate_source(arch, spec)
     state = convert_state_dict(model.state_dict(), spec)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "model.py").write_text(source)
     (out / "weights.pt").unlink(missing_ok=True)
     save_file(state, str(out / "model.safetensors"), metadata={"architecture": arch.hash})
@@ -92,6 +92,21 @@ def export_model(
         (out / "preprocess.json").write_text(json.dumps(preprocessing(data)) + "\n")
     (out / "genotype.json").write_text(arch.to_json(indent=2) + "\n")
     spec.save(out / "feature_spec.json")
+    return out
+
+
+def output_dir(out_dir: str | Path) -> Path:
+    """``out_dir``, created if new; a :class:`DataError` naming it when it is a file or cannot be made."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError("the export target exists and is not a directory", path=str(out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"cannot create the export directory: {err.strerror or type(err).__name__}",
+                        path=str(out)) from None
+    if not os.access(out, os.W_OK):
+        raise DataError("the export directory is not writable", path=str(out))
     return out
 
 

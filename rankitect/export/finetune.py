@@ -18,7 +18,9 @@ import torch
 from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import UserError
+from rankitect.export.exporter import read_state_dict
 from rankitect.space.architecture import Architecture
+from rankitect.track.weights import save_weights
 
 FROM_TAG = "rankitect.finetuned_from"
 
@@ -84,7 +86,7 @@ def finetune(
     from rankitect.search.base import TrialResult
     from rankitect.space import build_model
     from rankitect.space.flops import cost
-    from rankitect.train.loop import score, train_model
+    from rankitect.train.loop import score
 
     with tempfile.TemporaryDirectory() as tmp:
         files = tracker.fetch_model_files(run_id, tmp)
@@ -96,7 +98,7 @@ def finetune(
             if from_supernet:
                 model.load_state_dict(supernet_weights(tracker, files.run_id, arch, Path(tmp) / "supernet"))
             elif not from_scratch:
-                model.load_state_dict(torch.load(files.weights, weights_only=True))
+                model.load_state_dict(read_state_dict(files.weights))  # unreadable: a one-line DataError
             before = score(model, data, cfg)
             start = {k: v.detach().clone() for k, v in model.state_dict().items()}
             out = _train(model, data, cfg, runtime, before, from_scratch)
@@ -110,8 +112,8 @@ def finetune(
                 "rankitect.start": _start(from_scratch, from_supernet),
                 "rankitect.kept": "start" if kept_start else "finetuned"}
         new_id = tracker.log_trial(files.run_id, arch, result, tags, params=params, history=out.history)
-        weights, spec_file = Path(tmp) / "finetuned.pt", Path(tmp) / "spec.json"
-        torch.save(model.state_dict(), weights)
+        weights = save_weights(model.state_dict(), Path(tmp) / "finetuned.safetensors")
+        spec_file = Path(tmp) / "spec.json"
         data.spec.save(spec_file)
         tracker.log_model_files(new_id, weights, spec_file)
     return FinetuneOutcome(new_id, files.run_id, before, after, kept_start, out.metrics)

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import socket
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,12 @@ VERSION = 1
 
 @dataclass
 class TrialRecord:
-    """One finished trial: ``kind`` is ``candidate`` or ``baseline`` (then ``name`` is its name)."""
+    """One finished trial: ``kind`` is ``candidate`` or ``baseline`` (then ``name`` is its name).
+
+    ``number`` counts this process's trials; ``trial_id`` is unique across every process of a
+    shared search and tags the trial's child run, so a resumed process finds its own half-written
+    runs and never another's. (Checkpoints written before it existed have ``None``.)
+    """
 
     number: int
     kind: str
@@ -37,6 +43,7 @@ class TrialRecord:
     arch: dict[str, Any]
     result: dict[str, Any]
     run_id: str | None = None
+    trial_id: str | None = None
 
 
 @dataclass
@@ -89,6 +96,11 @@ def load_state(path: Path) -> SearchState:
         return SearchState.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise UserError(f"{path}: not a readable search checkpoint ({e})") from None
+
+
+def new_trial_id() -> str:
+    """A trial identity no other process of any search draws (a random UUID)."""
+    return uuid.uuid4().hex
 
 
 def process_key() -> str:

@@ -43,11 +43,26 @@ def auto_target(baselines: Iterable[tuple[str, TrialResult]]) -> tuple[str, floa
     return name, float(best.mflops)
 
 
+# Strategies with a loop of their own around a supernet (see ``runner.runner_class``).
+SUPERNET_STRATEGIES = ("dnas", "oneshot")
+
+
+def check_names(cfg: SearchConfig) -> None:
+    """Refuse an unknown strategy or space by name, listing every registered one (before any work)."""
+    from rankitect.space import SPACES
+
+    known = sorted([*STRATEGIES, *SUPERNET_STRATEGIES])
+    if cfg.strategy not in known:
+        raise ConfigError(f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {known}")
+    if cfg.space not in SPACES:
+        raise ConfigError(f"config key 'search.space': unknown space {cfg.space!r}; known: {sorted(SPACES)}")
+
+
 def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
     """The options of ``cfg.strategy`` that the config sets (shared storage only when given)."""
+    check_names(cfg)
     if cfg.strategy not in STRATEGIES:
-        raise ConfigError(
-            f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
+        raise ConfigError(f"config key 'search.strategy': {cfg.strategy!r} has a loop of its own, not ask/tell")
     if cfg.storage is not None and not cfg.study_name:
         raise ConfigError(f"config key 'search.study_name': needed with search.storage={cfg.storage!r}, "
                           "so that the processes sharing the storage find one study")

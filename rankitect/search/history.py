@@ -77,7 +77,7 @@ class StudyHistory:
     """History kept in a named Optuna study of an RDB storage, shared by every process using it."""
 
     def __init__(self, space: Space, storage: str, study_name: str | None) -> None:
-        self.space = space
+        self.space, self.storage = space, storage
         self.study = _optuna.open_study(storage, study_name, ["minimize"])
         self._pending: dict[str, int] = {}  # genotype hash -> trial number, this process only
 
@@ -85,9 +85,10 @@ class StudyHistory:
         """Record the proposal; ``False`` when another process recorded the same genotype at the
         same moment (both passed the ``seen`` check): the earlier trial number keeps it, ours is
         marked a duplicate and failed, and the caller proposes again."""
-        trial = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
-        earlier = [t for t in self.study.get_trials(deepcopy=False)
-                   if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == h and t.number < trial.number]
+        with _optuna.proposal_lock(self.storage):  # record and check in one step among the processes
+            trial = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
+            earlier = [t for t in self.study.get_trials(deepcopy=False)
+                       if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == h and t.number < trial.number]
         if earlier:
             trial.set_user_attr(_optuna.DUPLICATE_ATTR, earlier[0].number)
             self.study.tell(trial, state=_optuna.import_optuna().trial.TrialState.FAIL)

@@ -74,12 +74,13 @@ class OptunaStrategy(Strategy):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 uniform = attempt >= self.model_tries
                 self.study.sampler = optuna.samplers.RandomSampler(seed) if uniform else self.make_sampler(seed)
-            known = self._known()
-            trial = self.study.ask()
-            sample = {label: trial.suggest_categorical(label, c.options) for label, c in self.space.choices.items()}
-            arch = self.space.decode(sample)
-            h = arch_hash(arch)
-            trial.set_user_attr(_optuna.HASH_ATTR, h)
+            with _optuna.proposal_lock(self.storage):  # no other process proposes between known and ask
+                known = self._known()
+                trial = self.study.ask()
+                sample = {label: trial.suggest_categorical(label, c.options) for label, c in self.space.choices.items()}
+                arch = self.space.decode(sample)
+                h = arch_hash(arch)
+                trial.set_user_attr(_optuna.HASH_ATTR, h)
             earlier = known.get(h)
             if earlier is None:
                 self._pending[h] = trial.number

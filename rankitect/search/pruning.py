@@ -66,7 +66,7 @@ def _storage(location: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # experimental in some Optuna versions
             return JournalStorage(JournalFileBackend(location[len("journal:"):]))
-    return location
+    return _optuna.rdb_storage(location)
 
 
 class Reporter:

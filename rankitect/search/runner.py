@@ -22,16 +22,20 @@ from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
-from rankitect.search.checkpoint import SearchState, TrialRecord, folder_lock, load_state, process_key, save_state
-from rankitect.search.factory import objective_from_config, strategy_from_config
+from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
+                                         save_state)
+from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
+from rankitect.search.kept import KeptWeights
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
+from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 
 log = logging.getLogger(__name__)
 CHECKPOINT_TAG = "rankitect.checkpoint"
-TRIAL_TAG = "rankitect.trial"
+TRIAL_TAG = "rankitect.trial"  # the trial's number in its process's checkpoint
+TRIAL_ID_TAG = "rankitect.trial_id"  # unique across the processes of a shared search (reconcile uses it)
 PARENT_ATTR = "mlflow_parent_run_id"
 SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
@@ -83,10 +87,13 @@ class SearchRunner:
         from rankitect.track import Tracker
         from rankitect.train.protocol import Schedule, check_warmup
 
+        check_names(cfg.search)  # before the data set is opened (and maybe cached)
         self.cfg, self.echo = cfg, echo
         self.progress = LineProgress(echo)  # see watch()
         budget_seconds = parse_duration(cfg.search.time_budget)  # config errors before any data is read
         check_warmup(cfg.train)
+        self.guard = StopGuard()  # replaced by the installed one while ``run`` runs
+        self.running: dict[str, tuple[str, Architecture]] = {}  # name -> (kind, arch): trials in flight
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
@@ -99,6 +106,7 @@ class SearchRunner:
         if state is not None and state.strategy and self.strategy is not None:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
+        self.weights = KeptWeights(self.tracker, self.out_dir, self.data.spec)
         # With shared storage the processes share the parent run and its folder: the owner keeps
         # ``state.json`` (what --resume finds), every other process a checkpoint of its own.
         self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
@@ -146,16 +154,43 @@ class SearchRunner:
         return self.cfg.search.trials
 
     def run(self) -> SearchOutcome:
+        """Run the search to its end; SIGTERM or SIGINT stop it cleanly (see :meth:`_stopped`) and
+        raise :class:`~rankitect.signals.Stopped` (exit status 128 + the signal)."""
         runner = self._trial_runner()
-        try:
-            self._reconcile()
-            self._open_rungs()
-            self._run_baselines(runner)
-            self._start_from_baselines()
-            self._run_candidates(runner)
-        finally:
-            runner.close()
-        return self._finish()
+        with stop_on_signals() as self.guard:
+            try:
+                self._reconcile()
+                self._open_rungs()
+                self._run_baselines(runner)
+                self._start_from_baselines()
+                self._run_candidates(runner)
+                return self._finish()
+            except Stopped as stop:
+                runner.abort()
+                with self.guard.deferred():
+                    self._stopped(stop)
+                raise
+            finally:
+                runner.close()
+
+    def _stopped(self, stop: Stopped) -> None:
+        """After a signal: this process's running trials become KILLED child runs (and leave the
+        shared budget), the parent run is KILLED (by its owner), and the checkpoint, rewritten after
+        every finished trial, is where ``--resume`` continues."""
+        why = f"stopped by {stop.name}"
+        for name, (kind, arch) in self.running.items():
+            self.tracker.log_trial(self.state.parent_run_id, arch, TrialResult.failure(why), {TRIAL_TAG: "stopped"},
+                                   baseline=name if kind == "baseline" else None, status="KILLED")
+        if self.cfg.search.storage and self.running:
+            from rankitect.search._optuna import release_running
+
+            release_running(self.cfg.search.storage, self.cfg.search.study_name, list(self.running), why)
+        self.running.clear()
+        save_state(self.path, self.state)
+        if self.owner:
+            self.tracker.client.set_terminated(self.state.parent_run_id, "KILLED")
+        self.echo(f"search {why}: {len(self.state.candidates())} candidates finished; continue it with "
+                  f"rankitect search --resume {self.state.parent_run_id}")
 
     def _open_rungs(self) -> None:
         """The rung study of successive halving (``search.pruning=asha``), see :mod:`~rankitect.search.pruning`."""
@@ -164,8 +199,11 @@ class SearchRunner:
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
                                reduction=search.pruning_reduction, min_validations=search.pruning_min_validations)
 
-    def _submit(self, runner: InlineRunner | TrialPool, name: str, arch: Architecture, *, prune: bool) -> Future:
-        """Start training ``arch`` (reporting to the rung study, where pruning is on)."""
+    def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture, *,
+                prune: bool) -> Future:
+        """Start training ``arch`` (reporting to the rung study, where pruning is on), noting it as
+        running until :meth:`_record` writes it."""
+        self.running[name] = (kind, arch)
         ticket = self.rungs.ticket(name, prune=prune) if self.rungs is not None else None
         self.progress.started(name)
         future = runner.submit(arch, self.train_cfg, self._weights_path(name), ticket)
@@ -198,7 +236,7 @@ class SearchRunner:
             if arch.hash in done:
                 continue
             self.echo(f"{label}: retraining {arch.hash} from scratch")
-            future = self._submit(runner, arch.hash, arch, prune=False)
+            future = self._submit(runner, "candidate", arch.hash, arch, prune=False)
             self._record("candidate", arch.hash, arch, self._output(future))
             done.add(arch.hash)
 
@@ -213,7 +251,7 @@ class SearchRunner:
         pending: dict[Future, tuple[str, Architecture]] = {}
         for name in todo:
             arch = get_baseline(name, self.data.spec)
-            pending[self._submit(runner, name, arch, prune=False)] = (name, arch)
+            pending[self._submit(runner, "baseline", name, arch, prune=False)] = (name, arch)
         for future in _as_completed(pending):
             name, arch = pending[future]
             self._record("baseline", name, arch, self._output(future))
@@ -256,7 +294,7 @@ class SearchRunner:
                 if not self._within_shared_budget(arch):
                     exhausted = True  # another process took the last trial at the same moment
                     break
-                pending[self._submit(runner, arch_hash(arch), arch, prune=True)] = arch
+                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=True)] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -290,9 +328,16 @@ class SearchRunner:
     # --- recording -------------------------------------------------------------------------------
 
     def _record(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
-        """Checkpoint the finished trial first, then log its child run, then checkpoint again."""
+        """Checkpoint the finished trial first, then log its child run, then checkpoint again
+        (a signal arriving meanwhile stops the search once the trial is written)."""
+        with self.guard.deferred():
+            self._write(kind, name, arch, out)
+
+    def _write(self, kind: str, name: str, arch: Architecture, out: TrialOutput) -> None:
+        self.running.pop(name, None)
+        kept_before = {t.name for t in self._kept()}
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
-                             result=out.result.to_dict())
+                             result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)
         self.state.elapsed = self.budget.spent()
         if self.strategy is not None:
@@ -302,7 +347,7 @@ class SearchRunner:
         save_state(self.path, self.state)
         if self.cfg.search.storage:
             self._share(record)
-        self._prune_weights()
+        self._keep_weights(kept_before)
         line = _trial_line(record, len(self.state.candidates()), self.candidate_budget())
         self.progress.finished(name, out.result, line)
         if out.traceback:
@@ -313,7 +358,7 @@ class SearchRunner:
         baseline = record.name if record.kind == "baseline" else None
         choices = self.space.encode(arch)  # the space's flat labels, for MLflow's compare views
         params = {} if choices is None else {k: choices[k] for k in self.space.active(choices)}
-        record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, {TRIAL_TAG: str(record.number)},
+        record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, _trial_tags(record),
                                                baseline=baseline, params=params, start_time=start, history=history)
         if arch.rocs:
             from mlflow.entities import Metric
@@ -350,44 +395,50 @@ class SearchRunner:
         return trials
 
     def _reconcile(self) -> None:
-        """Log trials the checkpoint holds but MLflow may not (killed between the two writes)."""
+        """Log trials the checkpoint holds but MLflow may not (killed between the two writes).
+
+        A half-written child run is found by the trial's global ``trial_id`` (in a shared search
+        every process numbers its trials from 0, so a number would also match other processes' runs).
+        """
         for record in self.state.trials:
             if record.run_id is not None:
                 continue
-            query = f"tags.`mlflow.parentRunId` = '{self.state.parent_run_id}' and tags.`{TRIAL_TAG}` = '{record.number}'"
-            found = self.tracker.client.search_runs([self.tracker.experiment_id], query)
-            for run in found:  # a half-written child of the killed process: replace it
-                self.tracker.client.delete_run(run.info.run_id)
+            if record.trial_id is not None:
+                query = f"tags.`{TRIAL_ID_TAG}` = '{record.trial_id}'"
+            elif not self.cfg.search.storage:  # an older checkpoint: its numbers are unique in its search
+                query = f"tags.`{TRIAL_TAG}` = '{record.number}'"
+            else:
+                query = None
+            if query is not None:
+                query += f" and tags.`mlflow.parentRunId` = '{self.state.parent_run_id}'"
+                for run in self.tracker.client.search_runs([self.tracker.experiment_id], query):
+                    self.tracker.client.delete_run(run.info.run_id)  # half-written by the killed process
             self._log_child(record, [])
             save_state(self.path, self.state)
 
     def _start(self) -> SearchState:
-        parent = self._shared_parent() if self.cfg.search.storage else None
-        self.owner = parent is None
-        if parent is None:
-            parent = self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
-            if self.cfg.search.storage:
-                parent = self._claim_shared_parent(parent)
+        if not self.cfg.search.storage:
+            return SearchState(parent_run_id=self._new_parent(), config=to_dict(self.cfg))
+        from rankitect.search._optuna import storage_lock
+
+        # The first process to look opens the shared parent run; the lock makes "look, then open
+        # and publish" one step, so processes started together agree on one parent.
+        with storage_lock(self.cfg.search.storage):
+            study = _load_study(self.cfg)
+            parent = study.user_attrs.get(PARENT_ATTR)
+            self.owner = parent is None
+            if parent is None:
+                parent = self._new_parent()
+                study.set_user_attr(PARENT_ATTR, parent)
         return SearchState(parent_run_id=parent, config=to_dict(self.cfg))
 
-    def _shared_parent(self) -> str | None:
-        return _load_study(self.cfg).user_attrs.get(PARENT_ATTR)
+    def _new_parent(self) -> str:
+        return self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
 
-    def _claim_shared_parent(self, mine: str) -> str:
-        """First process to set the study's parent run wins; a loser deletes its own parent."""
-        study = _load_study(self.cfg)
-        if PARENT_ATTR not in study.user_attrs:
-            study.set_user_attr(PARENT_ATTR, mine)
-        winner = _load_study(self.cfg).user_attrs[PARENT_ATTR]
-        if winner != mine:
-            self.tracker.client.delete_run(mine)
-            self.owner = False
-        return winner
-
-    # --- weights --------------------------------------------------------------------------------
+    # --- weights: the kept ones live in the MLflow artifact store only (see search.kept) --------
 
     def _weights_path(self, name: str) -> str:
-        return str(self.out_dir / "weights" / f"{name}.pt")
+        return self.weights.path(name)
 
     def _kept(self) -> list[TrialRecord]:
         """Every baseline and the ``keep_top_k`` best ok candidates by objective."""
@@ -395,23 +446,9 @@ class SearchRunner:
         ok.sort(key=lambda t: self.objective(TrialResult.from_dict(t.result)))
         return self.state.baselines() + ok[: self.cfg.search.keep_top_k]
 
-    def _prune_weights(self) -> None:
-        keep = {Path(self._weights_path(t.name)).name for t in self._kept()}
-        mine = {Path(self._weights_path(t.name)).name for t in self.state.trials}  # never another process's
-        folder = self.out_dir / "weights"
-        for f in folder.glob("*.pt") if folder.is_dir() else ():
-            if f.name in mine and f.name not in keep:
-                f.unlink()
-
-    def _log_weights(self) -> None:
-        """Attach the kept weights and the feature spec to their child runs (``model/``)."""
-        spec_file = self.out_dir / "feature_spec.json"
-        self.data.spec.save(spec_file)
-        self.tracker.log_artifact(self.state.parent_run_id, spec_file)
-        for t in self._kept():
-            path = Path(self._weights_path(t.name))
-            if t.run_id and path.is_file():
-                self.tracker.log_model_files(t.run_id, path, spec_file)
+    def _keep_weights(self, kept_before: set[str]) -> None:
+        kept = {t.name for t in self._kept()}
+        self.weights.sync(self.state.trials, kept, kept_before - kept)
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -424,7 +461,8 @@ class SearchRunner:
         self.state.done = True
         self.state.elapsed = self.budget.spent()
         save_state(self.path, self.state)
-        self._log_weights()
+        self._keep_weights(set())  # weights a kill left behind before they reached their run
+        self.tracker.log_artifact(self.state.parent_run_id, self.weights.spec_file())
         # Processes of one shared search finish into one folder and parent run: the table is read
         # and written under a lock, so the last writer has read every trial shared before it.
         with folder_lock(self.out_dir):
@@ -476,6 +514,13 @@ def _as_completed(pending: dict[Future, Any]):
             yield f
 
 
+def _trial_tags(record: TrialRecord) -> dict[str, str]:
+    tags = {TRIAL_TAG: str(record.number)}
+    if record.trial_id is not None:
+        tags[TRIAL_ID_TAG] = record.trial_id
+    return tags
+
+
 def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
     r = TrialResult.from_dict(record.result)
     head = f"[{n_done}/{n_total}]" if record.kind == "candidate" else "[baseline]"
@@ -489,21 +534,19 @@ def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
 
 
 def _load_study(cfg: Config) -> Any:
-    from rankitect.search._optuna import import_optuna
+    from rankitect.search._optuna import load_shared_study
 
-    optuna = import_optuna()
-    return optuna.load_study(study_name=cfg.search.study_name, storage=cfg.search.storage)
+    return load_shared_study(cfg.search.storage, cfg.search.study_name)
 
 
 def shared_trial_count(storage: str, study_name: str | None, *, with_pruned: bool = False) -> Any:
     """Proposals recorded in a shared study by every process that hold a trial slot (duplicates of
     earlier ones, baselines and pruned trials excluded); ``with_pruned``: that and all proposals,
     pruned included (baselines still not)."""
-    from rankitect.search._optuna import BASELINE_ATTR, counts, import_optuna, takes_budget
+    from rankitect.search._optuna import BASELINE_ATTR, counts, load_shared_study, takes_budget
 
-    optuna = import_optuna()
     try:
-        trials = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
+        trials = load_shared_study(storage, study_name).get_trials(deepcopy=False)
     except KeyError:
         trials = []
     slots = sum(1 for t in trials if takes_budget(t))

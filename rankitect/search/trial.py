@@ -63,13 +63,10 @@ def run_trial(
 ) -> TrialOutput:
     """Cost, train and score ``arch`` on ``data``; failures are returned, not raised.
 
-    With ``weights_path`` the trained model's ``state_dict`` is saved there (``torch.save`` of
-    tensors only, so ``torch.load(..., weights_only=True)`` reads it). With ``ticket`` every
-    validation is reported to the search's rung study, which may stop the training: the trial is
-    then ``pruned``, with its partial validation curve.
+    With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors. With
+    ``ticket`` every validation is reported to the search's rung study, which may stop the
+    training: the trial is then ``pruned``, with its partial validation curve.
     """
-    import torch
-
     from rankitect.train.loop import train_architecture
     from rankitect.train.task import TrialPruned
 
@@ -82,8 +79,9 @@ def run_trial(
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds,
                                           steps=out.steps)
         if weights_path is not None:
-            Path(weights_path).parent.mkdir(parents=True, exist_ok=True)
-            torch.save(out.model.state_dict(), weights_path)
+            from rankitect.track.weights import save_weights
+
+            save_weights(out.model.state_dict(), weights_path)
         return TrialOutput(result=result, history=out.history)
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -143,6 +141,9 @@ class InlineRunner:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        pass
+
 
 class TrialPool:
     """``workers`` processes, each with the data set opened once (memory-mapped, so shared).
@@ -172,6 +173,15 @@ class TrialPool:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop now: queued trials are cancelled and running ones end with their workers."""
+        workers = list((self.executor._processes or {}).values())  # no public handle on them
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for p in workers:
+            p.terminate()
+        for p in workers:
+            p.join()
 
 
 def trial_output(future: Future) -> TrialOutput:

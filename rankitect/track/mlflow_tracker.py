@@ -41,6 +41,7 @@ import yaml
 
 from rankitect.config import flatten
 from rankitect.track.store import artifact_root, resolve_uri
+from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -49,7 +50,7 @@ KIND, STRATEGY, SPACE = "rankitect.kind", "rankitect.strategy", "rankitect.space
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
-MODEL_DIR, WEIGHTS_FILE, SPEC_FILE = "model", "state_dict.pt", "feature_spec.json"
+MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -164,7 +165,7 @@ class Tracker:
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
         *, baseline: str | None = None, params: dict[str, Any] | None = None, start_time: float | None = None,
-        history: list[dict[str, float]] | None = None,
+        history: list[dict[str, float]] | None = None, status: str | None = None,
     ) -> str:
         """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
 
@@ -173,7 +174,9 @@ class Tracker:
         parameters (the architecture choices, the data settings); ``start_time``: when the trial
         started (``time.time()``; default: its training seconds ago), the run ends now;
         ``history``: the validation metrics at each step (``{"step": s, "val/ne": ...}``), logged
-        under their own names at their steps, before the final values at the last step.
+        under their own names at their steps, before the final values at the last step. ``status``
+        (default: by the result's status, see :data:`RUN_STATUS`) may be KILLED: a trial its
+        search was stopped in.
         """
         h = _hash_of(arch)
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
@@ -194,7 +197,7 @@ class Tracker:
         last = max((int(p["step"]) for p in history or []), default=0)
         self._log(run_id, params=every, metrics=metrics, step=last)
         self.client.log_text(run_id, _genotype_text(arch), "genotype.json")
-        self.client.set_terminated(run_id, RUN_STATUS[result.status], end_time=int(end * 1000))
+        self.client.set_terminated(run_id, status or RUN_STATUS[result.status], end_time=int(end * 1000))
         return run_id
 
     def _log_history(self, run_id: str, history: list[dict[str, float]], start: float, end: float) -> None:
@@ -209,14 +212,25 @@ class Tracker:
             self.client.log_batch(run_id, metrics=points[i:i + 1000])
 
     def log_model_files(self, run_id: str, weights: str | Path, spec_file: str | Path) -> None:
-        """Attach trained weights and the feature spec to a run as ``model/state_dict.pt`` and
-        ``model/feature_spec.json`` (what export, finetune and probe read back)."""
+        """Attach trained weights and the feature spec to a run as ``model/model.safetensors`` (see
+        :func:`~rankitect.track.weights.save_weights`) and ``model/feature_spec.json`` (what
+        export, finetune and probe read back). The run's artifact store holds the only copy."""
+        if Path(weights).suffix != ".safetensors":
+            raise ValueError(f"{weights}: kept weights are safetensors files")
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / MODEL_DIR
             folder.mkdir()
             shutil.copyfile(weights, folder / WEIGHTS_FILE)
             shutil.copyfile(spec_file, folder / SPEC_FILE)
             self.client.log_artifacts(run_id, str(folder), MODEL_DIR)
+
+    def delete_model_files(self, run_id: str) -> None:
+        """Remove what :meth:`log_model_files` attached to a run (a candidate no longer kept)."""
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        repo = get_artifact_repository(self.client.get_run(run_id).info.artifact_uri)
+        if any(f.path == MODEL_DIR for f in repo.list_artifacts()):
+            repo.delete_artifacts(MODEL_DIR)
 
     def fetch_model_files(self, run_id: str, dst: str | Path) -> ModelFiles:
         """Download a run's genotype, weights and feature spec into ``dst``.
@@ -237,7 +251,10 @@ class Tracker:
         except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
             raise UserError(f"run {rid}: no trained weights were kept for it (only the top candidates "
                             f"and the baselines keep theirs): {type(e).__name__}") from None
-        return ModelFiles(rid, Path(genotype), Path(folder) / WEIGHTS_FILE, Path(folder) / SPEC_FILE)
+        weights = Path(folder) / WEIGHTS_FILE
+        if not weights.is_file():
+            weights = Path(folder) / LEGACY_WEIGHTS_FILE
+        return ModelFiles(rid, Path(genotype), weights, Path(folder) / SPEC_FILE)
 
     def get_run(self, run_id: str) -> Any:
         """The MLflow run ``run_id``; an unknown id is a ``UserError`` naming it and the store."""
@@ -256,7 +273,8 @@ class Tracker:
 
         h = search_run.data.tags.get("best_genotype_hash")
         query = f"tags.`{PARENT}` = '{search_run.info.run_id}' and tags.genotype_hash = '{h}'"
-        found = [r for r in self._search(query) if r.data.tags.get(KIND) in ("candidate", "baseline")] if h else []
+        found = [r for r in self._search(query)
+                 if r.data.tags.get(KIND) in ("candidate", "baseline") and r.info.status == "FINISHED"] if h else []
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
         return found[0]

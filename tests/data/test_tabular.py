@@ -150,7 +150,7 @@ def test_bad_values_name_the_data_line(files) -> None:
     bad = df.copy()
     bad.loc[4, "clicked"] = 3
     bad.to_csv(csv, index=False)
-    with pytest.raises(DataError, match="must be 0 or 1") as e:
+    with pytest.raises(DataError, match="must be 0 or 1, got 3$") as e:  # the value, not a numpy repr
         read_tabular(csv, schema, csv.parent / "o")
     assert (e.value.path, e.value.line) == (str(csv), 6)  # header is line 1, row 4 is line 6
     bad = df.copy()

@@ -177,6 +177,7 @@ def test_probe_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     from rankitect.search.base import TrialResult
     from rankitect.space import build_model, get_baseline
     from rankitect.track import Tracker
+    from rankitect.track.weights import save_weights
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     data = tiny_data(tmp_path / "tiny", rows=128)
@@ -189,11 +190,11 @@ def test_probe_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     model = build_model(arch, data.spec)
     with torch.no_grad():
         model.head.mlp[0].weight.zero_()
-    torch.save(model.state_dict(), tmp_path / "w.pt")
+    save_weights(model.state_dict(), tmp_path / "w.safetensors")
     data.spec.save(tmp_path / "spec.json")
     tracker = Tracker()
     run_id = tracker.log_trial(None, arch, TrialResult.from_metrics({"val/ne": 0.9}, mflops=1.0))
-    tracker.log_model_files(run_id, tmp_path / "w.pt", tmp_path / "spec.json")
+    tracker.log_model_files(run_id, tmp_path / "w.safetensors", tmp_path / "spec.json")
     assert main(["probe", run_id, *opts]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
     assert rows["head.mlp.0"][4:6] == ["0.0000", "0.0000"]  # tensorwise, rowwise
