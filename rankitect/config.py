@@ -214,7 +214,7 @@ RANGES: dict[str, Range] = {
     "search.dnas.supernet_steps": AT_LEAST_1, "search.dnas.warmup_steps": AT_LEAST_0,
     "search.dnas.arch_every": AT_LEAST_1, "search.dnas.arch_lr": POSITIVE, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
-    "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0,
+    "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }
 # Keys bounded by another key: (key, bound, what the bound is called).
 BOUNDED_BY = [("search.evolution.sample_size", "search.evolution.population"),

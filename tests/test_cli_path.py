@@ -15,6 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from rankitect.cli import main
+from tests.learnable import learnable_source
 
 # small, yet enough for the training protocol: validation NE below 1 within two epochs
 TINY = ["train.batch_size=64", "train.test_batches=2", "search.pruning=none", "runtime.threads=1"]
@@ -79,7 +80,7 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
     argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "train.max_epochs=2",
-            "data.rows=8000",
+            f"data.source={learnable_source()}",
             "search.baselines=[]", *TINY]
     assert main(argv) == 0
     captured = capsys.readouterr()

@@ -9,7 +9,8 @@ raw row becomes the model's inputs, with the readers' own rules:
   then either bucketed (``vocab: hash``) or looked up in the vocabulary counted on the train split
   (``vocab: train``; unseen or rare values get the OOV id 1), missing -> 0;
 * Criteo TSV: dense ``log(1 + max(x, 0))``, categoricals hashed into buckets, empty -> 0;
-* synthetic: rows hold ids already; an id outside a table maps to the OOV id 1.
+* synthetic, and any data directory written directly (``StoreWriter``): rows hold the model's
+  inputs already, dense values as stored and ids; an id outside a table maps to the OOV id 1.
 """
 
 from __future__ import annotations
@@ -45,11 +46,9 @@ def preprocessing(data: ClickData) -> dict[str, Any]:
         dense = [{"name": f.name, "transform": "log1p"} for f in spec.dense]
         sparse = [{"name": f.name, "encoding": "hash", "key": _key(j + 1), "buckets": f.vocab_size}
                   for j, f in enumerate(spec.sparse)]
-    elif source == "synthetic":
+    else:  # synthetic, or a store written directly: its rows are the model's inputs
         dense = [{"name": f.name, "transform": "none"} for f in spec.dense]
         sparse = [{"name": f.name, "encoding": "id", "size": f.vocab_size} for f in spec.sparse]
-    else:
-        raise DataError(f"export: no preprocessing known for data source {source!r}", path=str(data.path))
     return {"format": FORMAT, "source": source, "label": spec.label, "oov_id": OOV_ID, "dense": dense,
             "sparse": sparse}
 

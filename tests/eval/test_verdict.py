@@ -30,5 +30,5 @@ def test_failed_and_pruned_candidates_are_never_the_winner() -> None:
     failed = TrialResult.failure("diverged")
     pruned = TrialResult.pruning("slow", val_ne=0.5, mflops=1.0, params=1, train_seconds=1.0, steps=3)
     table = pareto_table([("aaaa", failed), ("bbbb", pruned)], {"dlrm": _r(0.72, 0.82)})
-    assert not table["winner"].any()
+    assert not table.loc[table["kind"] == "candidate", "winner"].any()  # a baseline may win, they may not
     assert verdict(table) == "no candidate finished: nothing to compare with the baselines"

@@ -176,6 +176,8 @@ def test_search_with_workers_prunes_through_the_journal(env) -> None:
     cfg = load_config(overrides=[*TINY, "search.trials=3", "search.workers=2", "search.baselines=[dlrm]"])
     outcome = SearchRunner(cfg, echo=lambda line: None).run()
     cands = outcome.table[outcome.table["kind"] == "candidate"]
-    assert (cands["status"] != "pruned").sum() == 3  # a pruned trial's slot went to another
+    finished = int((cands["status"] != "pruned").sum())
+    # a pruned trial's slot went to another, until 3 finished or proposals reached 3 x reduction 3
+    assert finished == 3 or (finished < 3 and len(cands) == 9), cands["status"].tolist()
     assert (outcome.out_dir / "rungs.journal").is_file()
     assert os.path.getsize(outcome.out_dir / "rungs.journal") > 0

@@ -39,11 +39,13 @@ from urllib.parse import quote, urlencode
 import pytest
 
 from rankitect.cli import main
+from tests.learnable import learnable_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "ui-browser"
 SEARCH = [
-    "search", "--strategy", "random", "--trials", "3", "train.max_epochs=2", "data.rows=8000", "train.batch_size=64",
+    "search", "--strategy", "random", "--trials", "3", "train.max_epochs=2", f"data.source={learnable_source()}",
+    "train.batch_size=64",
     "train.test_batches=2", "search.pruning=none", "search.baselines=[dlrm]", "runtime.threads=1",
 ]
 CHROMIUM_FLAGS = [
