@@ -96,12 +96,13 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     import torch
 
     from rankitect.data import open_data
+    from rankitect.export.exporter import read_state_dict
     from rankitect.space import Architecture, build_model
     from rankitect.track import Tracker
 
     model_uri = captured.out.split("mlflow.pyfunc.load_model('")[1].split("'")[0]
     files = Tracker(uri).fetch_model_files(hint.split()[0], tmp_path / "fetched")
-    data = open_data("synthetic", rows=8000)
+    data = open_data(learnable_source())
     batch = data.split("test").take(np.arange(6))
     rows = pd.DataFrame({f.name: batch.dense[:, j].tolist() for j, f in enumerate(data.spec.dense)}
                         | {f.name: batch.sparse_ids()[:, j].tolist() for j, f in enumerate(data.spec.sparse)})
@@ -111,7 +112,7 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     finally:
         mlflow.set_tracking_uri(None)
     net = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
-    net.load_state_dict(torch.load(files.weights, weights_only=True))
+    net.load_state_dict(read_state_dict(files.weights))
     with torch.no_grad():
         expected = torch.sigmoid(net.eval()(batch))
     assert torch.allclose(torch.tensor(got), expected, atol=1e-6)

@@ -11,6 +11,7 @@ import importlib.util
 from typing import Any
 
 import mlflow
+import pandas as pd
 from mlflow.pyfunc import PythonModel
 
 
@@ -24,8 +25,8 @@ class RawRowsModel(PythonModel):
         spec.loader.exec_module(module)
         self.scorer = module.load_scorer(directory)
 
-    # No annotations on purpose: MLflow reads predict's type hints as a schema and warns on a DataFrame.
-    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
+    # A DataFrame hint: MLflow then validates no schema (raw columns of any dtype) and does not warn.
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> list[float]:
         rows = model_input.to_dict(orient="records") if hasattr(model_input, "to_dict") else list(model_input)
         return self.scorer(rows).tolist()
 
