@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -285,9 +286,14 @@ class Tracker:
         import mlflow
         import torch
 
+        from mlflow.tracking._tracking_service import utils as tracking_utils
+
         code = Path(__file__).with_name("raw_rows_model.py")
-        previous = mlflow.get_tracking_uri()
-        mlflow.set_tracking_uri(self.uri)  # Model.log reads the global tracking URI
+        # Model.log reads MLflow's global tracking URI (which set_tracking_uri also writes to the
+        # environment): set it for the call, then put both back as they were, so no later Tracker or
+        # client of this process is steered to this store.
+        previous, env = tracking_utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+        mlflow.set_tracking_uri(self.uri)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # MLflow's advice on predict's type hints: the input is a DataFrame
@@ -297,6 +303,10 @@ class Tracker:
                     pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
         finally:
             mlflow.set_tracking_uri(previous)
+            if env is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = env
         return info.model_uri
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
