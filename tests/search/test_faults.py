@@ -17,16 +17,6 @@ TINY = ["data.rows=3000", "train.steps=1", "train.batch_size=64", "train.val_eve
         "search.pruning=none"]
 
 
-@pytest.fixture()
-def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    data_dir = tmp_path_factory.getbasetemp() / "faults-data"
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    monkeypatch.setenv("RANKITECT_DATA_DIR", str(data_dir))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(tmp_path)
-    return {**os.environ, "RANKITECT_DATA_DIR": str(data_dir), "MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
-
-
 def _client():
     from mlflow import MlflowClient
 

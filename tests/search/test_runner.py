@@ -30,16 +30,6 @@ TINY = [
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture()
-def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    data_dir = tmp_path_factory.getbasetemp() / "runner-data"  # shared by the tests of this module
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    monkeypatch.setenv("RANKITECT_DATA_DIR", str(data_dir))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(tmp_path)
-    return {**os.environ, "RANKITECT_DATA_DIR": str(data_dir), "MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}
-
-
 def _client():
     from mlflow import MlflowClient
 
