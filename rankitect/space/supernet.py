@@ -119,6 +119,11 @@ def _shape_only(t: torch.Tensor, *index: Any) -> torch.Tensor:
     return pick(t.detach().to("meta"), *(i.to("meta") if isinstance(i, torch.Tensor) else i for i in index))
 
 
+def _meta_buffers(module: nn.Module) -> bool:
+    """Whether ``module`` holds buffers on the meta device (values a forward would need)."""
+    return any(b.is_meta for b in module.buffers())
+
+
 def _key(path: Path) -> tuple[tuple[str, Any], ...]:
     """A hashable key of a path (its items in label order)."""
     return tuple(sorted(path.items(), key=lambda kv: kv[0]))
@@ -238,18 +243,20 @@ class Supernet(nn.Module):
     def _template(self, key: Any, build: Callable[[], nn.Module], *, meta: bool = False) -> Any:
         """A module of the path's actual sizes whose weights are placeholders (cut weights replace them).
 
-        With ``meta`` the whole module (buffers too) lives on the meta device: it can only be costed,
-        and building it allocates and initializes nothing (costing many paths stays cheap).
+        Templates are built on the meta device, initializing nothing: one serves both running and
+        costing a path. A module with buffers (masks, orders), which the forward reads, is built
+        again for real the first time a path runs it (``meta``: only costed, it may stay on meta).
         """
-        key = ("meta", key) if meta else key
-        if key in self._templates:
+        module = self._templates.get(key)
+        if module is not None:
             self._templates.move_to_end(key)
-            return self._templates[key]
-        with torch.random.fork_rng():  # building initializes weights; the caller's random state is kept
-            if meta:
+            if meta or not _meta_buffers(module):
+                return module
+        with torch.random.fork_rng(devices=[]):  # building may draw random numbers; the caller's state is kept
+            if module is None:
                 with torch.device("meta"):
                     module = build()
-            else:
+            if not meta and _meta_buffers(module):
                 module = build()
         for sub in module.modules():
             for name, p in list(sub.named_parameters(recurse=False)):
