@@ -99,7 +99,9 @@ class OneShotConfig:
 class DnasConfig:
     """The ``dnas`` strategy: Gumbel-softmax weights over every choice, trained on validation batches."""
 
-    supernet_steps: int = 300
+    supernet_steps: int = 300  # at most; see epochs and stable_steps
+    epochs: float = 1.0  # steps at most this many passes over the train split (warmup shrinks in proportion)
+    stable_steps: int = 40  # stop once the most probable architecture held this many arch steps; 0: never
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
@@ -212,7 +214,7 @@ RANGES: dict[str, Range] = {
     "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,
     "search.oneshot.top_k": AT_LEAST_1, "search.oneshot.log_every": AT_LEAST_1,
     "search.dnas.supernet_steps": AT_LEAST_1, "search.dnas.warmup_steps": AT_LEAST_0,
-    "search.dnas.arch_every": AT_LEAST_1, "search.dnas.arch_lr": POSITIVE, "search.dnas.tau_start": POSITIVE,
+    "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1, "search.dnas.arch_lr": POSITIVE, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }

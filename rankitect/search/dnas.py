@@ -22,7 +22,8 @@ choice, the expected MFLOPs and the temperature are logged to a ``supernet`` chi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,10 +50,29 @@ def check_dnas_config(cfg: DnasConfig) -> None:
     for key in ("supernet_steps", "arch_every", "top_k", "log_every"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"search.dnas.{key} must be >= 1, got {getattr(cfg, key)!r}")
+    if not cfg.epochs > 0 or cfg.stable_steps < 0:
+        raise ConfigError(f"search.dnas.epochs must be > 0 and stable_steps >= 0, got {cfg.epochs!r}, "
+                          f"{cfg.stable_steps!r}")
     if cfg.warmup_steps < 0 or cfg.arch_lr <= 0:
         raise ConfigError(f"search.dnas.warmup_steps must be >= 0 and arch_lr > 0, got {cfg.warmup_steps!r}, "
                          f"{cfg.arch_lr!r}")
     tau_at(0, 1, cfg.tau_start, cfg.tau_end)  # raises on a non-positive temperature
+
+
+def dnas_schedule(cfg: DnasConfig, train_rows: int, batch_size: int) -> tuple[int, int]:
+    """Weight steps and warmup steps of a search on ``train_rows`` training rows.
+
+    ``supernet_steps`` or ``epochs`` passes over the train split, whichever is fewer: a candidate
+    trains for several epochs under the training protocol, so a supernet that sees each row about
+    once costs about one training whatever the data's size. The warmup keeps its share of the steps
+    and the temperature anneals over the steps run.
+
+    >>> dnas_schedule(DnasConfig(), 80_000, 512), dnas_schedule(DnasConfig(), 10**6, 512)
+    ((157, 26), (300, 50))
+    """
+    per_epoch = math.ceil(train_rows / batch_size)
+    steps = max(1, min(cfg.supernet_steps, math.ceil(cfg.epochs * per_epoch)))
+    return steps, cfg.warmup_steps * steps // cfg.supernet_steps
 
 
 @dataclass
@@ -158,14 +178,17 @@ class ArchStep:
 
 def dnas_search(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
-    curves: CurveLogger | None = None, progress: bool = False,
+    curves: CurveLogger | None = None, progress: bool = False, echo: Callable[[str], None] | None = None,
 ) -> ArchitectureWeights:
     """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
 
     ``data`` has ``split("train")`` and ``split("val")`` (a :class:`~rankitect.data.ClickData`);
-    ``seed`` drives the Gumbel noise (the batches follow ``train_cfg.seed``).
+    ``seed`` drives the Gumbel noise (the batches follow ``train_cfg.seed``). The loop runs the steps
+    of :func:`dnas_schedule` and stops early once the most probable architecture has not changed for
+    ``stable_steps`` architecture steps.
     """
     check_dnas_config(cfg)
+    steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
     generator = torch.Generator().manual_seed(seed)
     weights = ArchitectureWeights(supernet.space)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
@@ -173,10 +196,11 @@ def dnas_search(
                          ExpectedFlops(supernet), objective)
     train_it = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
     val_it: Iterator[Batch] = batches(data.split("val"), train_cfg.batch_size, train_cfg.seed + 1)
-    bar = tqdm(range(cfg.supernet_steps), desc="dnas", disable=not progress, dynamic_ncols=True)
+    stable = Stability(supernet.space, cfg.stable_steps)
+    bar = tqdm(range(steps), desc="dnas", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        tau = tau_at(step, cfg.supernet_steps, cfg.tau_start, cfg.tau_end)
-        arch_now = step >= cfg.warmup_steps and (step - cfg.warmup_steps) % cfg.arch_every == 0
+        tau = tau_at(step, steps, cfg.tau_start, cfg.tau_end)
+        arch_now = step >= warmup and (step - warmup) % cfg.arch_every == 0
         if arch_now and cfg.arch_split == "train":
             row = arch_step.joint(next(train_it), generator, tau)
         else:
@@ -184,12 +208,40 @@ def dnas_search(
             if arch_now:
                 row.update(arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
-        if curves is not None and (step % cfg.log_every == 0 or step == cfg.supernet_steps - 1):
+        done = arch_now and stable.update(weights.argmax())
+        if curves is not None and (step % cfg.log_every == 0 or step == steps - 1 or done):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
-            curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops()})
+            curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops(),
+                              "arch/stable_steps": float(stable.held)})
         if "arch/ne" in row:
             bar.set_postfix(ne=f"{row['arch/ne']:.4f}")
+        if done:
+            if echo is not None:
+                echo(f"dnas: the most probable architecture held {stable.held} architecture steps; "
+                     f"stopped after {step + 1} of {steps} steps")
+            break
+    bar.close()
     return weights
+
+
+class Stability:
+    """Counts architecture steps over which the most probable architecture stayed the same.
+
+    Args:
+        space: decodes paths (paths that differ only in labels the architecture does not read are one).
+        patience: the count at which :meth:`update` says stop (0: never).
+    """
+
+    def __init__(self, space: Any, patience: int) -> None:
+        self.space, self.patience = space, patience
+        self.held, self._last = 0, None
+
+    def update(self, path: dict[str, Any]) -> bool:
+        """Record the most probable path after an architecture step; whether it held long enough."""
+        now = self.space.decode(path).hash
+        self.held = self.held + 1 if now == self._last else 0
+        self._last = now
+        return self.patience > 0 and self.held >= self.patience
 
 
 class DnasSearch(SearchRunner):
@@ -220,10 +272,11 @@ class DnasSearch(SearchRunner):
         supernet = build_supernet(self.space, self.data.spec, self.cfg.search.seed)
         run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(self.tracker.client, run_id)
+        steps, warmup = dnas_schedule(cfg, len(self.data.split("train")), self.train_cfg.batch_size)
         self.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
-                  f"{cfg.supernet_steps} steps (architecture steps from step {cfg.warmup_steps})")
+                  f"at most {steps} steps (architecture steps from step {warmup})")
         weights = dnas_search(supernet, self.data, self.train_cfg, cfg, self.objective, seed=self.cfg.search.seed,
-                              curves=curves, progress=self.cfg.train.progress)
+                              curves=curves, progress=self.cfg.train.progress, echo=self.echo)
         curves.flush()
         save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
         self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
@@ -235,4 +288,4 @@ class DnasSearch(SearchRunner):
         return archs
 
 
-__all__ = ["ArchStep", "DnasSearch", "check_dnas_config", "dnas_search"]
+__all__ = ["ArchStep", "DnasSearch", "Stability", "check_dnas_config", "dnas_schedule", "dnas_search"]

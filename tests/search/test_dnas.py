@@ -120,7 +120,8 @@ def run_dnas(
     data: ClickData, objective: Objective, seed: int = 0, steps: int = 60, space=None
 ) -> tuple[Supernet, ArchitectureWeights]:
     supernet = build_supernet(space or three_slots(), data.spec, seed)
-    cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3)
+    # every step run: these tests check where a fixed number of steps leads, not when to stop
+    cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=0)
     return supernet, dnas_search(supernet, data, TRAIN, cfg, objective, seed=seed)
 
 
