@@ -12,7 +12,7 @@ import torch
 from rankitect.cli import main
 from rankitect.config import DnasConfig, TrainConfig
 from rankitect.data.store import ClickData
-from rankitect.search.dnas import ArchStep, dnas_search
+from rankitect.search.dnas import ArchStep, Stability, dnas_schedule, dnas_search
 from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops
 from rankitect.search.objective import Objective
 from rankitect.search.supernet_train import SupernetTrainer, build_supernet
@@ -226,3 +226,40 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
     retrained = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate"]
     assert [r.data.tags["genotype_hash"] for r in retrained] == [candidate.data.tags["genotype_hash"]]
+
+
+def test_stability_counts_architecture_steps_without_a_change() -> None:
+    space = three_slots()
+    rng = np.random.default_rng(0)
+    a, b = space.sample(rng), space.sample(rng)
+    assert space.decode(a) != space.decode(b)
+    stable = Stability(space, patience=2)
+    held = [stable.update(p) for p in (a, a, b, b, b, b)]
+    assert held == [False, False, False, False, True, True]  # b held over two, then three steps
+    assert not any(Stability(space, patience=0).update(a) for _ in range(5))  # 0: never stops
+
+
+class _Steps:
+    """A curve logger that remembers the steps it saw."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def log(self, step: int, metrics: dict) -> None:
+        self.steps.append(step)
+
+
+def test_search_stops_once_the_most_probable_architecture_holds(data: ClickData) -> None:
+    supernet = build_supernet(three_slots(), data.spec, 0)
+    curves, lines = _Steps(), []
+    cfg = DnasConfig(supernet_steps=400, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=10, log_every=1000)
+    dnas_search(supernet, data, TRAIN, cfg, Objective(), seed=0, curves=curves, echo=lines.append)
+    assert len(lines) == 1 and curves.steps[-1] < 399  # stopped early, and logged the step it stopped at
+    assert f"stopped after {curves.steps[-1] + 1} of 400 steps" in lines[0]
+
+
+def test_schedule_runs_at_most_the_epochs_asked() -> None:
+    per_epoch = -(-10_000 // 64)  # ceil
+    assert dnas_schedule(DnasConfig(supernet_steps=10**6, epochs=2.0, warmup_steps=100), 10_000, 64) == (
+        2 * per_epoch, 100 * 2 * per_epoch // 10**6)
+    assert dnas_schedule(DnasConfig(supernet_steps=50, epochs=2.0, warmup_steps=10), 10_000, 64) == (50, 10)
