@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +62,41 @@ def has_time_budget() -> bool:
     return "time_budget" in SearchConfig.__dataclass_fields__
 
 
-def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    overrides = [*DATA[data], f"search.strategy={strategy}", f"search.seed={seed}", f"train.seed={seed}",
-                 "train.progress=false", "runtime.threads=1", f"search.trials={args.trials}"]
+def data_overrides(data: str, args: argparse.Namespace) -> list[str]:
+    rows = 20_000 if args.reduced else args.rows
+    return [*DATA[data], *([f"data.rows={rows}"] if data == "synthetic" and rows else [])]
+
+
+def prepare(overrides: list[str], cache: Path) -> None:
+    """Read (or generate) a data set into the cache the searches share."""
+    from rankitect.config import load_config
+    from rankitect.data import open_data
+
+    cfg = load_config(overrides=[*overrides, f"data.cache_dir={cache}"])
+    open_data(cfg.data.source, cfg.data, progress=False)
+
+
+def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
+    overrides = [*data_overrides(data, args), f"data.cache_dir={tmp / 'data'}", f"search.strategy={strategy}",
+                 f"search.seed={seed}", f"train.seed={seed}", "train.progress=false", "runtime.threads=1",
+                 f"search.trials={args.trials}"]
     if has_time_budget():
         overrides.append(f"search.time_budget={args.budget * 60}")
     if args.reduced:
-        overrides += ["data.rows=20000", "train.steps=100", "train.val_every=50", "search.oneshot.supernet_steps=150",
+        overrides += ["train.steps=100", "train.val_every=50", "search.oneshot.supernet_steps=150",
                       "search.oneshot.warmup_steps=50", "search.oneshot.children=8", "search.oneshot.population=8",
                       "search.oneshot.top_k=1", "search.dnas.supernet_steps=100", "search.dnas.warmup_steps=20"]
     out = tmp / f"{data}-{strategy}-{seed}.json"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns/mlflow.db", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns-{data}-{strategy}-{seed}/mlflow.db",
+           "PYTHONUNBUFFERED": "1"}
     code = f"from bench.quality_bench import child; child({overrides!r}, {str(out)!r})"
-    print(f"{data} / {strategy} / seed {seed}", flush=True)
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
-    return json.loads(out.read_text())
+    print(f"{data} / {strategy} / seed {seed}: started", flush=True)
+    logs = Path(args.out) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{data}-{strategy}-{seed}.log", "w") as log:
+        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    print(f"{data} / {strategy} / seed {seed}: {'done' if done.returncode == 0 else 'FAILED (see its log)'}", flush=True)
+    return json.loads(out.read_text()) if done.returncode == 0 else None
 
 
 def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,10 +113,11 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
 
 
 def summarize(df: pd.DataFrame, data: str) -> None:
-    d = df[df["data"] == data]
+    d = df[df["data"] == data].assign(candidate=lambda x: x["kind"] == "found (candidate)")
     agg = d.groupby("model").agg(test_ne=("test_ne", "mean"), ne_sd=("test_ne", "std"),
                                  auc=("test_auc", "mean"), auc_sd=("test_auc", "std"), mflops=("mflops", "mean"),
-                                 minutes=("minutes", "mean"), seeds=("seed", "nunique")).sort_values("test_ne")
+                                 minutes=("minutes", "mean"), seeds=("seed", "nunique"),
+                                 cand_won=("candidate", "sum")).sort_values("test_ne")
     print(f"\n{data}:\n{agg.to_string(float_format=lambda v: f'{v:.4f}')}")
     bases = agg.loc[[m for m in agg.index if m not in STRATEGIES]]
     found = agg.loc[[m for m in agg.index if m in STRATEGIES]]
@@ -138,19 +160,32 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=16, help="candidates of the sampling strategies")
     parser.add_argument("--budget", type=float, default=30.0, help="minutes per search (with search.time_budget)")
+    parser.add_argument("--rows", type=int, default=0, help="synthetic rows (data.rows); 0: the default")
+    parser.add_argument("--jobs", type=int, default=1, help="searches at a time, one thread each")
+    parser.add_argument("--out", default=".", help="folder of the results (quality.jsonl) and the plots")
+    parser.add_argument("--summarize", action="store_true", help="print the tables of --out's results, run nothing")
     parser.add_argument("--reduced", action="store_true", help="1 seed, 20k synthetic rows, short trainings")
     args = parser.parse_args()
-    seeds = 1 if args.reduced else args.seeds
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for data in args.data.split(","):
-            for strategy in args.strategies.split(","):
-                for seed in range(seeds):
-                    rows += rows_of(data, strategy, seed, run_one(data, strategy, seed, args, Path(tmp)))
-    df = pd.DataFrame(rows)
-    for data in args.data.split(","):
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "quality.jsonl"
+    if not args.summarize:
+        seeds = 1 if args.reduced else args.seeds
+        runs = [(d, s, seed) for seed in range(seeds) for d in args.data.split(",") for s in args.strategies.split(",")]
+        with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+            for data in args.data.split(","):  # cached once, before searches in parallel would race to write it
+                prepare(data_overrides(data, args), Path(tmp) / "data")
+            futures = {pool.submit(run_one, *run, args, Path(tmp)): run for run in runs}
+            for future in as_completed(futures):
+                if future.result() is None:
+                    continue
+                rows = rows_of(*futures[future], future.result())
+                with results.open("a") as f:  # kept as they finish: a cut-short run still has a table
+                    f.writelines(json.dumps(r) + "\n" for r in rows)
+    df = pd.DataFrame([json.loads(line) for line in results.read_text().splitlines()])
+    for data in df["data"].unique():
         summarize(df, data)
-        plot(df, data, Path(f"quality_{data}.png"))
+        plot(df, data, out / f"quality_{data}.png")
 
 
 if __name__ == "__main__":
