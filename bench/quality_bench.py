@@ -80,6 +80,7 @@ def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: 
     overrides = [*data_overrides(data, args), f"data.cache_dir={tmp / 'data'}", f"search.strategy={strategy}",
                  f"search.seed={seed}", f"train.seed={seed}", "train.progress=false", "runtime.threads=1",
                  f"search.trials={args.trials}"]
+    overrides += args.set
     if has_time_budget():
         overrides.append(f"search.time_budget={args.budget * 60}")
     if args.reduced:
@@ -161,6 +162,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16, help="candidates of the sampling strategies")
     parser.add_argument("--budget", type=float, default=30.0, help="minutes per search (with search.time_budget)")
     parser.add_argument("--rows", type=int, default=0, help="synthetic rows (data.rows); 0: the default")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every search (e.g. train.max_epochs=5); repeatable")
     parser.add_argument("--jobs", type=int, default=1, help="searches at a time, one thread each")
     parser.add_argument("--out", default=".", help="folder of the results (quality.jsonl) and the plots")
     parser.add_argument("--summarize", action="store_true", help="print the tables of --out's results, run nothing")
