@@ -105,6 +105,7 @@ class DnasConfig:
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
+    start_logit: float = 1.0  # the best baseline in the space starts this much more probable per choice; 0: uniform
     arch_split: Literal["train", "val"] = "train"  # train: one forward steps both; val: bi-level, two forwards
     tau_start: float = 5.0
     tau_end: float = 0.5
@@ -214,7 +215,7 @@ RANGES: dict[str, Range] = {
     "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,
     "search.oneshot.top_k": AT_LEAST_1, "search.oneshot.log_every": AT_LEAST_1,
     "search.dnas.supernet_steps": AT_LEAST_1, "search.dnas.warmup_steps": AT_LEAST_0,
-    "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1, "search.dnas.arch_lr": POSITIVE, "search.dnas.tau_start": POSITIVE,
+    "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1, "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }

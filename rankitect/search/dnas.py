@@ -179,18 +179,22 @@ class ArchStep:
 def dnas_search(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
     curves: CurveLogger | None = None, progress: bool = False, echo: Callable[[str], None] | None = None,
+    start: dict[str, Any] | None = None,
 ) -> ArchitectureWeights:
     """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
 
     ``data`` has ``split("train")`` and ``split("val")`` (a :class:`~rankitect.data.ClickData`);
     ``seed`` drives the Gumbel noise (the batches follow ``train_cfg.seed``). The loop runs the steps
     of :func:`dnas_schedule` and stops early once the most probable architecture has not changed for
-    ``stable_steps`` architecture steps.
+    ``stable_steps`` architecture steps. With ``start`` (a path, e.g. the best baseline's) the
+    architecture weights start ``cfg.start_logit`` towards it: the search explores around it.
     """
     check_dnas_config(cfg)
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
     generator = torch.Generator().manual_seed(seed)
     weights = ArchitectureWeights(supernet.space)
+    if start is not None:
+        weights.lean_towards(start, cfg.start_logit)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
     arch_step = ArchStep(supernet, weights, torch.optim.Adam(weights.arch_parameters(), lr=cfg.arch_lr), trainer,
                          ExpectedFlops(supernet), objective)
@@ -258,6 +262,20 @@ class DnasSearch(SearchRunner):
     def candidate_budget(self) -> int:
         return self.cfg.search.dnas.top_k
 
+    def _best_baseline_path(self) -> dict[str, Any] | None:
+        """The path of the trained baseline with the best objective among those the space holds."""
+        from rankitect.search.base import TrialResult
+
+        ranked = sorted(((self.objective(TrialResult.from_dict(t.result)), t.name, t.arch)
+                         for t in self._all_trials() if t.kind == "baseline" and t.result.get("status") == "ok"),
+                        key=lambda row: row[0])
+        for _, name, arch in ranked:
+            path = self.space.encode(Architecture.from_dict(arch))
+            if path is not None:
+                self.echo(f"dnas: starts around the baseline {name}")
+                return path
+        return None
+
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
         if not self.state.plan:
             self._set_plan(self._search_supernet())
@@ -276,7 +294,8 @@ class DnasSearch(SearchRunner):
         self.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                   f"at most {steps} steps (architecture steps from step {warmup})")
         weights = dnas_search(supernet, self.data, self.train_cfg, cfg, self.objective, seed=self.cfg.search.seed,
-                              curves=curves, progress=self.cfg.train.progress, echo=self.echo)
+                              curves=curves, progress=self.cfg.train.progress, echo=self.echo,
+                              start=self._best_baseline_path())
         curves.flush()
         save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
         self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")

@@ -90,6 +90,13 @@ class ArchitectureWeights(nn.Module):
         return path, weights
 
     @torch.no_grad()
+    def lean_towards(self, path: Mapping[str, Any], logit: float) -> None:
+        """Add ``logit`` to the option ``path`` takes at each label it reads (a search that starts
+        around a known architecture: with ``logit > 0`` it is the most probable one)."""
+        for label in self.space.active(path):
+            self.logits[self.labels.index(label)][self.space.choices[label].index(path[label])] += logit
+
+    @torch.no_grad()
     def sample(self, generator: torch.Generator) -> Path:
         """A path drawn from the current distribution (Gumbel-max: no temperature, no gradient)."""
         path = {}

@@ -263,3 +263,16 @@ def test_schedule_runs_at_most_the_epochs_asked() -> None:
     assert dnas_schedule(DnasConfig(supernet_steps=10**6, epochs=2.0, warmup_steps=100), 10_000, 64) == (
         2 * per_epoch, 100 * 2 * per_epoch // 10**6)
     assert dnas_schedule(DnasConfig(supernet_steps=50, epochs=2.0, warmup_steps=10), 10_000, 64) == (50, 10)
+
+
+def test_leaning_towards_a_path_makes_its_architecture_the_most_probable() -> None:
+    space = three_slots()
+    path = space.sample(np.random.default_rng(5))
+    weights = ArchitectureWeights(space)
+    weights.lean_towards(path, 0.5)
+    assert space.decode(weights.argmax()) == space.decode(path)
+    probs = weights.probs()
+    for label in space.active(path):
+        n = len(space.choices[label].options)
+        i = space.choices[label].index(path[label])
+        assert float(probs[label][i]) == pytest.approx(np.exp(0.5) / (np.exp(0.5) + n - 1))  # softmax by hand
