@@ -15,8 +15,12 @@ weights minimize
 (NE times the ``relaxed`` or ``absolute`` cost per doubling of FLOPs beyond ``search.target_mflops``,
 :mod:`rankitect.search.objective`); the penalty's
 gradient comes from the expected FLOPs, differentiable in the choice probabilities
-(:meth:`ArchStep.objective_of`). The most probable architecture (and the next
-``top_k - 1``) is then retrained from scratch and scored on the test split. The entropy of every
+(:meth:`ArchStep.objective_of`). The search is sized to the data (:func:`dnas_schedule`): at most
+``epochs`` passes over the train split, and it stops once the most probable architecture has held
+for ``stable_steps`` architecture steps. It starts around the best trained baseline the space holds
+(``start_logit`` more per choice), as the sampling strategies start from the baselines. The most
+probable architecture (and the next ``top_k - 1``) is then retrained from scratch and scored on the
+test split. The entropy of every
 choice, the expected MFLOPs and the temperature are logged to a ``supernet`` child run in batches.
 """
 
