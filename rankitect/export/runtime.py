@@ -27,7 +27,7 @@ class SparseEmbedding(nn.Module):
     ``order[k]`` is the storage column of field ``k`` (request-side features first). Each row
     has one id per feature, so a table lookup equals rankitect's sum-pooled embedding bag.
 
-    >>> emb = SparseEmbedding([5, 3], 2, order=[1, 0])
+    >>> emb = SparseEmbedding([3, 5], 2, order=[1, 0])  # field 0 is storage column 1
     >>> ids = torch.tensor([[4, 2]])  # storage order: feature 0 has id 4, feature 1 has id 2
     >>> torch.equal(emb(ids)[0, 0], emb.tables[0].weight[2]), tuple(emb(ids).shape)
     (True, (1, 2, 2))

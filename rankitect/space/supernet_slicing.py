@@ -35,15 +35,6 @@ def widest_params(op: str, in_shape: tuple[int, ...], params: dict) -> tuple[tup
     return get_block_class(op).widest(in_shape, params)
 
 
-__all__ = [
-    "InPos",
-    "Index",
-    "Params",
-    "Take",
-    "flat_positions",
-    "linear",
-    "pair_positions",
-    "pick",
-    "slice_block",
-    "widest_params",
-]
+# The helpers the supernet modules take from here, beside this module's own two functions.
+__all__ = ["InPos", "Index", "Params", "Take", "flat_positions", "linear", "pair_positions", "pick", "slice_block",
+           "widest_params"]
