@@ -7,9 +7,11 @@ runs exactly the code that was trained, and there is no second copy to keep equa
 only torch and the standard library, which is what makes that possible; ``tests/export`` runs an
 exported file in a process where rankitect cannot be imported.
 
-Safety: the source is rendered from an :class:`~rankitect.export.plan.ExportPlan` only, whose
-values are exact ``int``/``bool`` scalars, strings from fixed sets and a ``float`` in (0, 1); they
-are written with ``repr``. Feature names never appear. The result is parsed again and its imports checked.
+Safety: the genotype reaches the source only through an :class:`~rankitect.export.plan.ExportPlan`,
+whose values are exact ``int``/``bool``/``str`` scalars (or lists of them), registered op names
+and a ``float`` in (0, 1), each accepted by the block's own constructor; they are written with
+``repr``, which makes them plain literals. Feature names never appear. The result is parsed again
+and its imports checked.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     """The text of a standalone ``model.py`` for ``arch`` on data described by ``spec``.
 
     The file holds ``ExportedModel`` (``forward(dense (B, n_dense) float32, sparse_ids (B, n_sparse)
-    int64) -> logits (B,)``, both inputs in the spec's storage order), the standalone classes it
+    int64) -> logits (B,)``, both inputs in the spec's storage order), the source of the blocks it
     uses and ``load(directory)``. Raises ``ValueError`` for anything unchecked or unsupported.
 
     >>> from rankitect.space.architecture import BlockGene
