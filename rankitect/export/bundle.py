@@ -213,15 +213,16 @@ def _module_order(definitions: list[Definition]) -> list[str]:
 
 
 def bundle(roots: Iterable[object], header: Iterable[str] = ()) -> str:
-    """One source text: ``from __future__ import annotations``, the allowed imports (``header``'s
-    statements first), then ``roots`` and every definition they use, module by module in
+    """One source text: ``from __future__ import annotations``, the allowed imports (with the
+    statements of ``header``), then ``roots`` and every definition they use, module by module in
     dependency order and in source order within a module."""
     definitions, external = collect(roots)
-    statements = list(dict.fromkeys([*header, *sorted(set(external.values()), key=_import_key)]))
+    statements = sorted({*header, *external.values()}, key=_import_key)
     order = _module_order(definitions)
     ranked = sorted(definitions, key=lambda d: (order.index(d.module), d.line))
     body = "\n\n\n".join(d.source for d in ranked)
-    return f"{FUTURE}\n\n" + "\n".join(statements) + f"\n\n\n{body}"
+    groups = ["\n".join(s for s in statements if _import_key(s)[0] == third) for third in (False, True)]
+    return f"{FUTURE}\n\n" + "\n\n".join(g for g in groups if g) + f"\n\n\n{body}"
 
 
 def _import_key(statement: str) -> tuple[int, str]:
