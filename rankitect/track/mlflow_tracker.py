@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,7 @@ import yaml
 
 from rankitect.config import flatten
 from rankitect.track.store import artifact_root, resolve_uri
-from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE
+from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE, save_weights
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -52,6 +52,7 @@ PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
 MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"
+SUPERNET_DIR = "supernet"  # the artifact folder of a search's supernet run (oneshot, dnas)
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -225,6 +226,14 @@ class Tracker:
             shutil.copyfile(spec_file, folder / SPEC_FILE)
             self.client.log_artifacts(run_id, str(folder), MODEL_DIR)
 
+    def log_model(self, run_id: str, state_dict: Mapping[str, Any], spec: Any) -> None:
+        """Attach a model's weights (a state dict) and its ``FeatureSpec`` to a run, as
+        :meth:`log_model_files` does with files."""
+        with tempfile.TemporaryDirectory() as tmp:
+            weights = save_weights(state_dict, Path(tmp) / WEIGHTS_FILE)
+            spec.save(Path(tmp) / SPEC_FILE)
+            self.log_model_files(run_id, weights, Path(tmp) / SPEC_FILE)
+
     def delete_model_files(self, run_id: str) -> None:
         """Remove what :meth:`log_model_files` attached to a run (a candidate no longer kept)."""
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
@@ -260,6 +269,31 @@ class Tracker:
     def get_run(self, run_id: str) -> Any:
         """The MLflow run ``run_id``; an unknown id is a ``UserError`` naming it and the store."""
         return self._get_run(run_id)
+
+    def logged_settings(self, run_id: str, section: str) -> tuple[dict[str, str], str]:
+        """The ``section.*`` params (``data``: the data settings) logged on ``run_id`` or, for a
+        candidate that has none, on the nearest run above it; keys without the ``section.``
+        prefix. Also returns the id of the run that holds them; ``({}, run_id)`` when no run does."""
+        prefix = f"{section}."
+        run = holder = self._get_run(run_id)
+        while not any(k.startswith(prefix) for k in holder.data.params) and holder.data.tags.get(PARENT):
+            holder = self._get_run(holder.data.tags[PARENT])
+        found = {k[len(prefix):]: v for k, v in holder.data.params.items() if k.startswith(prefix)}
+        return (found, holder.info.run_id) if found else ({}, run.info.run_id)
+
+    def fetch_supernet(self, run_id: str, dst: str | Path) -> Path | None:
+        """Download the supernet that the search of ``run_id`` kept (its ``supernet`` child run's
+        :data:`SUPERNET_DIR`) into ``dst``; ``run_id`` is the search or one of its runs. ``None``
+        when the search kept no supernet (only oneshot and dnas searches keep one)."""
+        run = self._get_run(run_id)
+        search_id = run_id if run.data.tags.get(KIND) == "search" else run.data.tags.get(PARENT)
+        if not search_id:
+            return None
+        found = self.client.search_runs(
+            [self.experiment_id], f"tags.`{PARENT}` = '{search_id}' and tags.`{KIND}` = 'supernet'")
+        if not found:
+            return None
+        return Path(self.client.download_artifacts(found[0].info.run_id, SUPERNET_DIR, str(dst)))
 
     def _get_run(self, run_id: str) -> Any:
         from rankitect.errors import UserError
@@ -312,6 +346,15 @@ class Tracker:
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         """Log ``metrics`` (name -> value) on run ``run_id`` at step 0."""
         self._log(run_id, metrics=metrics)
+
+    def log_curve(self, run_id: str, name: str, values: Sequence[float]) -> None:
+        """Log the metric ``name`` on run ``run_id`` once per step: ``values[i]`` at step ``i``."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        points = [Metric(name, float(v), now, i) for i, v in enumerate(values)]
+        for i in range(0, len(points), 1000):
+            self.client.log_batch(run_id, metrics=points[i:i + 1000])
 
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
