@@ -92,9 +92,9 @@ def finetune_run(
 
 def _supernet_weights(tracker: Any, run_id: str, arch: Any, dst: Path) -> dict[str, Any]:
     """``arch``'s weights cut from the supernet its search trained (a one-shot or DNAS search)."""
-    from rankitect.search.supernet_train import load_supernet
+    from rankitect.search.supernet_train import SUPERNET_DIR, load_supernet
 
-    folder = tracker.fetch_supernet(run_id, dst)
+    folder = tracker.fetch_search_artifact(run_id, "supernet", SUPERNET_DIR, dst)
     if folder is None:
         raise UserError(f"finetune {run_id} --from-supernet: its search kept no supernet (only oneshot and dnas do)")
     return load_supernet(folder).extract(arch).state_dict()

@@ -92,7 +92,7 @@ def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
     run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
                                                     "rankitect.world_size": str(env.world_size)},
                                params=data_params(cfg), start_time=time.time() - seconds)
-    tracker.log_curve(run_id, "train/loss", losses)
+    tracker.log_per_step(run_id, "train/loss", losses)
     print(f"train/loss first {losses[0]:.4f} last {losses[-1]:.4f} ({steps} steps)")
     for k, v in sorted(metrics.items()):
         print(f"{k:18s} {v:.4f}")

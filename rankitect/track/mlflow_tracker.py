@@ -52,7 +52,6 @@ PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
 MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"
-SUPERNET_DIR = "supernet"  # the artifact folder of a search's supernet run (oneshot, dnas)
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -281,19 +280,19 @@ class Tracker:
         found = {k[len(prefix):]: v for k, v in holder.data.params.items() if k.startswith(prefix)}
         return (found, holder.info.run_id) if found else ({}, run.info.run_id)
 
-    def fetch_supernet(self, run_id: str, dst: str | Path) -> Path | None:
-        """Download the supernet that the search of ``run_id`` kept (its ``supernet`` child run's
-        :data:`SUPERNET_DIR`) into ``dst``; ``run_id`` is the search or one of its runs. ``None``
-        when the search kept no supernet (only oneshot and dnas searches keep one)."""
+    def fetch_search_artifact(self, run_id: str, kind: str, artifact_path: str, dst: str | Path) -> Path | None:
+        """Download ``artifact_path`` of the run tagged ``rankitect.kind=kind`` in the search of
+        ``run_id`` (the search itself or one of its runs) into ``dst``, e.g. the supernet that a
+        oneshot or dnas search kept. ``None`` when the search has no such run."""
         run = self._get_run(run_id)
         search_id = run_id if run.data.tags.get(KIND) == "search" else run.data.tags.get(PARENT)
         if not search_id:
             return None
         found = self.client.search_runs(
-            [self.experiment_id], f"tags.`{PARENT}` = '{search_id}' and tags.`{KIND}` = 'supernet'")
+            [self.experiment_id], f"tags.`{PARENT}` = '{search_id}' and tags.`{KIND}` = '{kind}'")
         if not found:
             return None
-        return Path(self.client.download_artifacts(found[0].info.run_id, SUPERNET_DIR, str(dst)))
+        return Path(self.client.download_artifacts(found[0].info.run_id, artifact_path, str(dst)))
 
     def _get_run(self, run_id: str) -> Any:
         from rankitect.errors import UserError
@@ -347,7 +346,7 @@ class Tracker:
         """Log ``metrics`` (name -> value) on run ``run_id`` at step 0."""
         self._log(run_id, metrics=metrics)
 
-    def log_curve(self, run_id: str, name: str, values: Sequence[float]) -> None:
+    def log_per_step(self, run_id: str, name: str, values: Sequence[float]) -> None:
         """Log the metric ``name`` on run ``run_id`` once per step: ``values[i]`` at step ``i``."""
         from mlflow.entities import Metric
 

@@ -14,7 +14,7 @@ from rankitect.data.spec import FeatureSpec
 from rankitect.search import TrialResult
 from rankitect.space.testing import tiny_spec
 from rankitect.track import Tracker
-from rankitect.track.mlflow_tracker import KIND, PARENT, SUPERNET_DIR
+from rankitect.track.mlflow_tracker import KIND, PARENT
 from tests.search.toy import ToyArch
 
 RESULT = TrialResult(val_ne=0.8, test_ne=0.81, test_auc=0.7, test_logloss=0.45, mflops=1.0, params=10)
@@ -54,24 +54,24 @@ def test_log_model_keeps_weights_and_spec_that_fetch_gives_back(store, tmp_path:
                                                                         "model/feature_spec.json"}
 
 
-def test_log_curve_puts_each_value_at_its_step(store) -> None:
+def test_log_per_step_puts_each_value_at_its_step(store) -> None:
     tracker, client, _, _, alone = store
     values = [0.7 - 0.001 * i for i in range(1500)]  # more than one MLflow batch
-    tracker.log_curve(alone, "train/loss", values)
+    tracker.log_per_step(alone, "train/loss", values)
     history = sorted(client.get_metric_history(alone, "train/loss"), key=lambda m: m.step)
     assert [m.step for m in history] == list(range(1500))
     assert [m.value for m in history] == pytest.approx(values)
 
 
-def test_fetch_supernet_finds_the_search_supernet_run(store, tmp_path: Path) -> None:
+def test_fetch_search_artifact_finds_the_search_supernet_run(store, tmp_path: Path) -> None:
     tracker, client, parent, child, alone = store
-    assert tracker.fetch_supernet(child, tmp_path / "none") is None  # the search kept no supernet yet
-    assert tracker.fetch_supernet(alone, tmp_path / "none") is None  # no search at all
+    assert tracker.fetch_search_artifact(child, "supernet", "supernet", tmp_path / "none") is None  # none kept yet
+    assert tracker.fetch_search_artifact(alone, "supernet", "supernet", tmp_path / "none") is None  # no search
     run = client.create_run(tracker.experiment_id, tags={KIND: "supernet", PARENT: parent})
-    folder = tmp_path / "made" / SUPERNET_DIR
+    folder = tmp_path / "made" / "supernet"
     folder.mkdir(parents=True)
     (folder / "weights.txt").write_text("w")
-    client.log_artifacts(run.info.run_id, str(folder), SUPERNET_DIR)
+    client.log_artifacts(run.info.run_id, str(folder), "supernet")
     for start in (child, parent):  # a candidate of the search, or the search itself
-        got = tracker.fetch_supernet(start, tmp_path / start)
+        got = tracker.fetch_search_artifact(start, "supernet", "supernet", tmp_path / start)
         assert got is not None and (got / "weights.txt").read_text() == "w"
