@@ -288,8 +288,7 @@ class Tracker:
         search_id = run_id if run.data.tags.get(KIND) == "search" else run.data.tags.get(PARENT)
         if not search_id:
             return None
-        found = self.client.search_runs(
-            [self.experiment_id], f"tags.`{PARENT}` = '{search_id}' and tags.`{KIND}` = '{kind}'")
+        found = self._find_runs(f"tags.`{PARENT}` = '{search_id}' and tags.`{KIND}` = '{kind}'")
         if not found:
             return None
         return Path(self.client.download_artifacts(found[0].info.run_id, artifact_path, str(dst)))
@@ -307,7 +306,7 @@ class Tracker:
 
         h = search_run.data.tags.get("best_genotype_hash")
         query = f"tags.`{PARENT}` = '{search_run.info.run_id}' and tags.genotype_hash = '{h}'"
-        found = [r for r in self._search(query)
+        found = [r for r in self._find_runs(query)
                  if r.data.tags.get(KIND) in ("candidate", "baseline") and r.info.status == "FINISHED"] if h else []
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
@@ -403,7 +402,7 @@ class Tracker:
             raise UserError(f"{parent_id!r} is not an MLflow run id (letters and digits; a setting is key=value)")
         query = f"tags.`{PARENT}` = '{parent_id}'" if parent_id else f"tags.`{KIND}` != 'search'"
         rows = []
-        for run in self._search(query):
+        for run in self._find_runs(query):
             m, t = run.data.metrics, run.data.tags
             rows.append({
                 "run_id": run.info.run_id, "parent_id": t.get(PARENT), "kind": t.get(KIND),
@@ -422,12 +421,12 @@ class Tracker:
             "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
             "test/ne": r.data.metrics.get("test/ne", math.nan),
             "mflops": r.data.metrics.get("mflops", math.nan),
-        } for r in self._search(f"tags.`{KIND}` = 'search'")]
+        } for r in self._find_runs(f"tags.`{KIND}` = 'search'")]
         df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "status", "start_time",
                                          "test/ne", "mflops"])
         return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
 
-    def _search(self, query: str) -> list[Any]:
+    def _find_runs(self, query: str) -> list[Any]:
         runs, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], query, max_results=1000, page_token=token)
