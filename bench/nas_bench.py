@@ -7,8 +7,11 @@
 ``--cost`` (:mod:`bench.nas_cost`) runs each default search in a process of its own and prints the
 weight-sharing part (supernet plus retraining) over one training of the architecture found (goals:
 dnas <= 3, oneshot <= 5) and the process's peak RSS (goal: dnas under 2 GB). Measured on a shared
-2-core machine: dnas 6.3x (supernet 47.9 s + retraining 9.5 s / 9.2 s), 1.15 GB; oneshot 4.5x,
-1.33 GB; the sized engineer supernet holds 26.9M weights.
+2-core machine (load 11-12): dnas 1.63x (supernet 34.6 s, stopped at step 91 of 157 once its most
+probable architecture held 40 architecture steps, + retraining 57.2 s / 56.4 s), 1.07 GB; before the
+data-sized schedule, the early stop and the baseline start it was 6.3x (supernet 47.9 s for 300
+steps). oneshot 4.5x, 1.33 GB (measured before those changes). The sized engineer supernet holds
+26.9M weights.
 
 Prints, in one run (times side by side on the same machine, so their ratios hold on a noisy one):
 
