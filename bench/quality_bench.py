@@ -2,6 +2,9 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/quality_bench.py                 # hours on 2 cores
     PYTHONPATH=$PWD .venv/bin/python bench/quality_bench.py --reduced       # minutes: 1 seed, short runs
+    # what fitted in an hour on the shared 2-core machine (README, Measured):
+    PYTHONPATH=$PWD .venv/bin/python bench/quality_bench.py --jobs 3 --budget 5.5 --rows 50000 \
+        --set train.max_epochs=2 --set "search.baselines=[dlrm,dcnv2,deepfm,autoint,dhen]" --out quality
 
 For each data set (``../shared/data/adult.csv`` with its schema, real; the synthetic default) and
 each strategy (``evolution``, ``tpe``, ``oneshot``, ``dnas``) and seed, one default ``rankitect
