@@ -90,7 +90,8 @@ def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: 
         overrides += ["train.steps=100", "train.val_every=50", "search.oneshot.supernet_steps=150",
                       "search.oneshot.warmup_steps=50", "search.oneshot.children=8", "search.oneshot.population=8",
                       "search.oneshot.top_k=1", "search.dnas.supernet_steps=100", "search.dnas.warmup_steps=20"]
-    out = tmp / f"{data}-{strategy}-{seed}.json"
+    out = Path(args.out) / "runs" / f"{data}-{strategy}-{seed}.json"  # kept: --summarize rebuilds from them
+    out.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns-{data}-{strategy}-{seed}/mlflow.db",
            "PYTHONUNBUFFERED": "1"}
     code = f"from bench.quality_bench import child; child({overrides!r}, {str(out)!r})"
@@ -113,17 +114,25 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
         w = win.iloc[0]
         rows.append({"data": data, "model": strategy, "seed": seed, "test_ne": w["test_ne"], "test_auc": w["test_auc"],
                      "mflops": w["mflops"], "minutes": run["minutes"], "kind": f"found ({w['kind']})"})
+    cands = table[(table["kind"] == "candidate") & (table["status"] == "ok")]
+    if len(cands):  # the strategy's own best model, also where a baseline won the search
+        c = cands.loc[cands["objective"].idxmin()]
+        rows.append({"data": data, "model": f"{strategy} (cand)", "seed": seed, "test_ne": c["test_ne"],
+                     "test_auc": c["test_auc"], "mflops": c["mflops"], "minutes": run["minutes"], "kind": "candidate",
+                     "candidates": int((table["kind"] == "candidate").sum())})
     return rows
 
 
 def summarize(df: pd.DataFrame, data: str) -> None:
     d = df[df["data"] == data].assign(candidate=lambda x: x["kind"] == "found (candidate)")
+    d = d.drop_duplicates(["model", "seed"])  # every search of a seed trains the same baselines
     agg = d.groupby("model").agg(test_ne=("test_ne", "mean"), ne_sd=("test_ne", "std"),
                                  auc=("test_auc", "mean"), auc_sd=("test_auc", "std"), mflops=("mflops", "mean"),
                                  minutes=("minutes", "mean"), seeds=("seed", "nunique"),
-                                 cand_won=("candidate", "sum")).sort_values("test_ne")
+                                 cand_won=("candidate", "sum"),
+                                 **({"trained": ("candidates", "mean")} if "candidates" in d else {})).sort_values("test_ne")
     print(f"\n{data}:\n{agg.to_string(float_format=lambda v: f'{v:.4f}')}")
-    bases = agg.loc[[m for m in agg.index if m not in STRATEGIES]]
+    bases = agg.loc[[m for m in agg.index if m not in STRATEGIES and not m.endswith("(cand)")]]
     found = agg.loc[[m for m in agg.index if m in STRATEGIES]]
     if not len(bases) or not len(found):
         return
@@ -134,6 +143,9 @@ def summarize(df: pd.DataFrame, data: str) -> None:
         gain = 1 - cheap.loc[best, "test_ne"] / bases.loc[best_base, "test_ne"]
         print(f"  best strategy at no more than {best_base}'s FLOPs: {best}, test NE {gain:+.2%} vs {best_base} "
               f"(goal >= +0.30%)")
+    else:
+        print(f"  no strategy returned a model at no more than {best_base}'s {bases.loc[best_base, 'mflops']:.3f} "
+              f"MFLOPs (goal: >= +0.30% test NE at no more FLOPs)")
     if "dnas" in found.index:
         gap = found.loc["dnas", "test_ne"] / found["test_ne"].min() - 1
         print(f"  dnas vs the best strategy: {gap:+.2%} test NE (goal <= +0.10%)")
@@ -148,7 +160,7 @@ def plot(df: pd.DataFrame, data: str, path: Path) -> None:
     d = df[df["data"] == data]
     fig, ax = plt.subplots(figsize=(8, 5))
     for model, g in d.groupby("model"):
-        marker = "o" if model in STRATEGIES else "s"
+        marker = "o" if model in STRATEGIES else "^" if model.endswith("(cand)") else "s"
         ax.scatter(g["mflops"], g["test_ne"], label=model, marker=marker)
     ax.set_xscale("log")
     ax.set(xlabel="MFLOPs per example", ylabel="test NE", title=f"search quality on {data}")
@@ -188,7 +200,14 @@ def main() -> None:
                 rows = rows_of(*futures[future], future.result())
                 with results.open("a") as f:  # kept as they finish: a cut-short run still has a table
                     f.writelines(json.dumps(r) + "\n" for r in rows)
-    df = pd.DataFrame([json.loads(line) for line in results.read_text().splitlines()])
+    if args.summarize and (out / "runs").is_dir():  # the searches' own tables, read again
+        rows = []
+        for path in sorted((out / "runs").glob("*.json")):
+            data, strategy, seed = path.stem.rsplit("-", 2)
+            rows += rows_of(data, strategy, int(seed), json.loads(path.read_text()))
+    else:
+        rows = [json.loads(line) for line in results.read_text().splitlines()]
+    df = pd.DataFrame(rows)
     for data in df["data"].unique():
         summarize(df, data)
         plot(df, data, out / f"quality_{data}.png")
