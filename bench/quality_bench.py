@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--data", default="adult,synthetic")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--trials", type=int, default=16, help="candidates of the sampling strategies")
     parser.add_argument("--budget", type=float, default=30.0, help="minutes per search (with search.time_budget)")
     parser.add_argument("--rows", type=int, default=0, help="synthetic rows (data.rows); 0: the default")
@@ -189,7 +190,7 @@ def main() -> None:
     results = out / "quality.jsonl"
     if not args.summarize:
         seeds = 1 if args.reduced else args.seeds
-        runs = [(d, s, seed) for seed in range(seeds) for d in args.data.split(",") for s in args.strategies.split(",")]
+        runs = [(d, s, seed) for seed in range(args.first_seed, args.first_seed + seeds) for d in args.data.split(",") for s in args.strategies.split(",")]
         with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
             for data in args.data.split(","):  # cached once, before searches in parallel would race to write it
                 prepare(data_overrides(data, args), Path(tmp) / "data")
