@@ -81,7 +81,7 @@ def child(strategy: str, data_dir: str, threads: int) -> dict[str, Any]:
     found = cands.iloc[0]
     trained = [t for t in runner.state.candidates() if t.name == found["hash"]][0]
     one = trained.result["train_seconds"]
-    from rankitect.space.supernet_memory import estimate_supernet_memory
+    from rankitect.supernet.memory import estimate_supernet_memory
 
     memory = estimate_supernet_memory(runner.space, runner.data.spec)
     return {"strategy": strategy, "phases": phases, "one_training_s": one, "found": found["hash"],

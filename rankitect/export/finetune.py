@@ -58,7 +58,7 @@ def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> 
 
 def supernet_weights(tracker: Any, run_id: str, arch: Architecture, dst: str | Path) -> dict[str, torch.Tensor]:
     """``arch``'s weights cut from the supernet its search trained (a one-shot or DNAS search)."""
-    from rankitect.search.supernet_train import SUPERNET_DIR, load_supernet
+    from rankitect.supernet.train import SUPERNET_DIR, load_supernet
 
     run = tracker.client.get_run(run_id)
     parent = run.data.tags.get("mlflow.parentRunId") if run.data.tags.get("rankitect.kind") != "search" else run_id

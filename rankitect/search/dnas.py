@@ -1,6 +1,6 @@
 """The ``dnas`` strategy: differentiable search over every choice of a preset space.
 
-Architecture weights (:class:`~rankitect.search.dnas_weights.ArchitectureWeights`, one logit per
+Architecture weights (:class:`~rankitect.supernet.dnas_weights.ArchitectureWeights`, one logit per
 option of every label: ops, widths, inputs ...) and the supernet's weights are trained with two
 explicit optimizers, each step on one path drawn from the current distribution (hard Gumbel-softmax
 samples, temperature annealed from ``tau_start`` to ``tau_end``; no dense work for unsampled
@@ -32,16 +32,16 @@ from tqdm import tqdm
 from rankitect.config import DnasConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
-from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
+from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
-from rankitect.search.supernet_train import (
+from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
     start_child_run,
 )
 from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
-from rankitect.space.supernet import Supernet
+from rankitect.supernet.model import Supernet
 
 
 def check_dnas_config(cfg: DnasConfig) -> None:

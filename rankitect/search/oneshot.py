@@ -35,12 +35,12 @@ from rankitect.eval.metrics import MetricAccumulator
 from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, build_strategy
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
-from rankitect.search.supernet_train import (
+from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, start_child_run,
 )
 from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
-from rankitect.space.supernet import Supernet
+from rankitect.supernet.model import Supernet
 
 SCORED = "scored"
 

@@ -21,9 +21,9 @@ from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator, entropy
-from rankitect.space.supernet import Supernet
-from rankitect.space.supernet_memory import SupernetMemory, estimate_supernet_memory, physical_memory
-from rankitect.space.supernet_slicing import Index, pick
+from rankitect.supernet.model import Supernet
+from rankitect.supernet.memory import SupernetMemory, estimate_supernet_memory, physical_memory
+from rankitect.supernet.slicing import Index, pick
 from rankitect.train.loop import BatchStream
 from rankitect.train.task import split_parameters
 from rankitect.train.optim import RowWiseAdagrad
@@ -327,7 +327,7 @@ def load_supernet(folder: Any) -> Any:
 
     from rankitect.data.spec import FeatureSpec
     from rankitect.space import get_space
-    from rankitect.space.supernet import Supernet
+    from rankitect.supernet.model import Supernet
 
     folder = Path(folder)
     space_d = json.loads((folder / "space.json").read_text())
