@@ -35,6 +35,7 @@ import numpy as np
 from rankitect.search.objective import Objective
 
 if TYPE_CHECKING:
+    from rankitect.cost import Cost
     from rankitect.space import Architecture
 
 STATUSES = ("ok", "failed", "pruned")
@@ -79,8 +80,10 @@ class TrialResult:
         val_ne: NE on the validation split (of the best validation); what strategies rank by.
             Required when ok; a pruned trial's is the best before it was stopped.
         test_ne, test_auc, test_logloss: held-out metrics, reported only.
-        mflops: forward MFLOPs per example. Required when ok.
+        mflops: forward MFLOPs per example as served (``cost.served_mflops``). Required when ok.
         params: number of model parameters.
+        cost: the candidate's :class:`~rankitect.cost.Cost` (plain and ROCS FLOPs, parameters),
+            measured once before training; ``None`` when it was never built.
         train_seconds: wall time of training.
         error: why a failed trial failed.
     """
@@ -95,6 +98,7 @@ class TrialResult:
     train_seconds: float | None = None
     error: str | None = None
     steps: int | None = None  # training steps taken
+    cost: Cost | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -112,10 +116,10 @@ class TrialResult:
     @classmethod
     def failure(
         cls, error: str, *, mflops: float | None = None, params: int | None = None,
-        train_seconds: float | None = None,
+        train_seconds: float | None = None, cost: Cost | None = None,
     ) -> TrialResult:
         """A failed trial with its error message (and whatever was known before it failed)."""
-        return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds)
+        return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds, cost=cost)
 
     @property
     def pruned(self) -> bool:
@@ -124,23 +128,23 @@ class TrialResult:
     @classmethod
     def pruning(
         cls, error: str, *, val_ne: float | None, mflops: float | None, params: int | None,
-        train_seconds: float | None, steps: int | None,
+        train_seconds: float | None, steps: int | None, cost: Cost | None = None,
     ) -> TrialResult:
         """A pruned trial: why, its best validation NE so far and what it cost."""
         val_ne = val_ne if val_ne is not None and math.isfinite(val_ne) else None
         return cls(status="pruned", error=error, val_ne=val_ne, mflops=mflops, params=params,
-                   train_seconds=train_seconds, steps=steps)
+                   train_seconds=train_seconds, steps=steps, cost=cost)
 
     @classmethod
     def from_metrics(
         cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
-        train_seconds: float | None = None, steps: int | None = None,
+        train_seconds: float | None = None, steps: int | None = None, cost: Cost | None = None,
     ) -> TrialResult:
         """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
         return cls(
             val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
             test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
-            train_seconds=train_seconds, steps=steps,
+            train_seconds=train_seconds, steps=steps, cost=cost,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +156,10 @@ class TrialResult:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown TrialResult keys {unknown}; known: {sorted(known)}")
+        if isinstance(d.get("cost"), dict):
+            from rankitect.cost import Cost
+
+            d = {**d, "cost": Cost(**d["cost"])}
         return cls(**d)
 
 

@@ -360,23 +360,8 @@ class SearchRunner:
         params = {} if choices is None else {k: choices[k] for k in self.space.active(choices)}
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, _trial_tags(record),
                                                baseline=baseline, params=params, start_time=start, history=history)
-        if arch.rocs:
-            from mlflow.entities import Metric
-
-            metrics = [Metric(k, v, 0, 0) for k, v in self._rocs_mflops(arch).items()]
-            self.tracker.client.log_batch(record.run_id, metrics=metrics)
-
-    def _rocs_mflops(self, arch: Architecture) -> dict[str, float]:
-        """ROCS serving FLOPs (the candidate's ``mflops``) beside the once-per-request part and the
-        FLOPs of scoring every candidate in full."""
-        from rankitect.search.trial import candidates_per_request
-        from rankitect.serve.rocs import rocs_flops
-        from rankitect.space.flops import cost
-
-        per_req = candidates_per_request(self.data)
-        per_example, per_request = rocs_flops(arch, self.data.spec, per_req)
-        return {"rocs/mflops_per_example": per_example / 1e6, "rocs/mflops_per_request": per_request / 1e6,
-                "rocs/mflops_unshared": cost(arch, self.data.spec).mflops, "rocs/candidates_per_request": per_req}
+        if result.cost is not None and result.cost.rocs_metrics():  # measured once, before training
+            self.tracker.log_metrics(record.run_id, result.cost.rocs_metrics())
 
     def _share(self, record: TrialRecord) -> None:
         """Put a finished trial in the shared study, so every process's Pareto table can hold it."""
