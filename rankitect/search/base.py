@@ -27,7 +27,8 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -163,6 +164,66 @@ class TrialResult:
         return cls(**d)
 
 
+@dataclass
+class SearchContext:
+    """What the runner hands every proposer once, before the first ask (:meth:`Strategy.start`).
+
+    A sampling strategy needs none of it; a proposer with a phase of its own (a supernet to train:
+    ``oneshot``, ``dnas``) trains on ``data`` and logs under the search's parent run.
+
+    Args:
+        data: the search's data set (``split("train")``, ``split("val")``, ``spec``).
+        train_cfg: the candidates' training settings.
+        seed: the search's seed.
+        memory_budget: ``runtime.memory_budget`` (GB) a supernet must fit in.
+        flops_range: ``search.flops_range`` (what the space was sized to).
+        tracker: the search's :class:`~rankitect.track.Tracker`.
+        parent_run_id: the search's parent run.
+        finished: genotype hashes of the candidates the search has recorded (on resume: already done).
+        echo: one line of progress.
+        progress: whether to draw progress bars.
+    """
+
+    data: Any
+    train_cfg: Any
+    seed: int
+    memory_budget: float | None
+    flops_range: Any
+    tracker: Any
+    parent_run_id: str
+    finished: set[str] = field(default_factory=set)
+    echo: Callable[[str], None] = print
+    progress: bool = False
+
+
+class Proposer(Protocol):
+    """What the runner's loop needs of a strategy: propose, learn, and be checkpointed.
+
+    :class:`Strategy` implements it; so does every registered strategy, ``oneshot`` and ``dnas``
+    included (they train their supernet in :meth:`start`, then propose what it chose).
+    """
+
+    name: str
+    objective: Objective
+    prunable: bool
+
+    def start(self, context: SearchContext) -> None: ...
+
+    def budget(self, trials: int) -> int: ...
+
+    def ask(self) -> Architecture: ...
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None: ...
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool: ...
+
+    def planned(self) -> list[Architecture]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class Strategy(ABC):
     """Proposes architectures (``ask``) and learns from their results (``tell``).
 
@@ -173,12 +234,25 @@ class Strategy(ABC):
     """
 
     name: ClassVar[str]
+    prunable: ClassVar[bool] = True  # its candidates may be stopped early by successive halving
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None) -> None:
         self.space = space
         self.seed = seed
         self.objective = objective if objective is not None else Objective()
         self.rng = np.random.default_rng(seed)
+
+    def start(self, context: SearchContext) -> None:
+        """Called by the runner once before the first ask (after the baselines); nothing by default."""
+
+    def budget(self, trials: int) -> int:
+        """How many candidates to train, given ``search.trials``: that many by default."""
+        return trials
+
+    def planned(self) -> list[Architecture]:
+        """Architectures chosen before they are proposed (by a supernet phase), checkpointed by the
+        runner and retrained from scratch; none by default."""
+        return []
 
     @abstractmethod
     def ask(self) -> Architecture:
@@ -247,6 +321,8 @@ def build_strategy(
 
 __all__ = [
     "STRATEGIES",
+    "Proposer",
+    "SearchContext",
     "Space",
     "SpaceExhausted",
     "Strategy",

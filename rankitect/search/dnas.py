@@ -33,13 +33,12 @@ from rankitect.config import DnasConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
+from rankitect.search.base import SearchContext, Space, register_strategy
 from rankitect.search.objective import Objective
-from rankitect.search.runner import SearchRunner
+from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
-    start_child_run,
 )
-from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
 
@@ -192,46 +191,49 @@ def dnas_search(
     return weights
 
 
-class DnasSearch(SearchRunner):
-    """``rankitect search --strategy dnas``: the runner's baselines, tracking and Pareto table around
-    :func:`dnas_search`; the derived architectures are the search's candidates (``run_trial``)."""
+@register_strategy("dnas")
+class DnasSearch(PlanProposer):
+    """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
+    most probable architectures proposed to be retrained from scratch.
 
-    def _make_strategy(self) -> None:
-        check_dnas_config(self.cfg.search.dnas)
-        if self.cfg.search.rocs:
+    Args:
+        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        config: the ``search.dnas`` settings.
+        rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
+    """
+
+    def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
+                 config: DnasConfig | None = None, rocs: bool = False) -> None:
+        self.config = config if config is not None else DnasConfig()
+        check_dnas_config(self.config)
+        if rocs:
             raise ConfigError("config key 'search.rocs': the dnas supernet holds no ROCS-masked blocks yet; "
                               "search ROCS architectures with random, evolution, tpe or nsga2")
-        return None
+        super().__init__(space, seed=seed, objective=objective)
 
-    def candidate_budget(self) -> int:
-        return self.cfg.search.dnas.top_k
+    def budget(self, trials: int) -> int:
+        return self.config.top_k
 
-    def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
-        if not self.state.plan:
-            self._set_plan(self._search_supernet())
-        self._retrain_plan(runner, "dnas")
-
-    def _search_supernet(self) -> list[Architecture]:
+    def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
-        cfg = self.cfg.search.dnas
-        memory = check_supernet_memory(self.space, self.data.spec, self.cfg.runtime.memory_budget,
-                                       self.cfg.search.flops_range)
-        self.echo(f"dnas: supernet estimated at {memory.describe()}")
-        supernet = build_supernet(self.space, self.data.spec, self.cfg.search.seed)
-        run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
-        curves = CurveLogger(self.tracker.client, run_id)
-        self.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
-                  f"{cfg.supernet_steps} steps (architecture steps from step {cfg.warmup_steps})")
-        weights = dnas_search(supernet, self.data, self.train_cfg, cfg, self.objective, seed=self.cfg.search.seed,
-                              curves=curves, progress=self.cfg.train.progress)
+        cfg, data, tracker = self.config, context.data, context.tracker
+        memory = check_supernet_memory(self.space, data.spec, context.memory_budget, context.flops_range)
+        context.echo(f"dnas: supernet estimated at {memory.describe()}")
+        supernet = build_supernet(self.space, data.spec, context.seed)
+        run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
+        curves = CurveLogger(tracker, run_id)
+        context.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
+                     f"{cfg.supernet_steps} steps (architecture steps from step {cfg.warmup_steps})")
+        weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
+                              curves=curves, progress=context.progress)
         curves.flush()
-        save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
-        self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
-        self.tracker.client.set_terminated(run_id, "FINISHED")
+        save_supernet(tracker, run_id, supernet, self.space, data.spec)
+        tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
+        tracker.end_run(run_id, "FINISHED")
         archs = []
         for path in weights.most_probable(cfg.top_k):
             archs.append(self.space.decode(path))
-            self.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
+            context.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
         return archs
 
 

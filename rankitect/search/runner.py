@@ -1,7 +1,9 @@
-"""The search runner: ask -> train and score -> tell, tracked in MLflow, checkpointed, resumable.
+"""The search runner: one loop, propose -> train and score -> record, for every strategy.
 
-``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, then
-candidates until ``search.trials`` have finished (across every process sharing ``search.storage``),
+``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, starts
+the strategy (a :class:`~rankitect.search.base.Proposer` from the one registry; ``oneshot`` and
+``dnas`` train their supernet here), then trains what it proposes until its budget
+(``search.trials``, or a supernet's ``top_k``) has finished (across every process sharing ``search.storage``),
 in this process or in a local pool of ``search.workers`` processes. After every finished trial the
 checkpoint is rewritten (see :mod:`rankitect.search.checkpoint`); ``resume(run_id)`` continues a
 killed search exactly where its checkpoint stands. A candidate that fails becomes a FAILED child run.
@@ -20,7 +22,7 @@ import pandas as pd
 
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
-from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
+from rankitect.search.base import SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
                                          save_state)
@@ -47,20 +49,6 @@ class SearchOutcome:
     best: Architecture | None
     out_dir: Path
     spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.budget)
-
-
-def runner_class(strategy: str) -> type[SearchRunner]:
-    """The runner of ``strategy``: weight-sharing ones (``oneshot``, ``dnas``) run a loop of their
-    own around a supernet, the others ask and tell."""
-    if strategy == "oneshot":
-        from rankitect.search.oneshot import OneShotSearch
-
-        return OneShotSearch
-    if strategy == "dnas":
-        from rankitect.search.dnas import DnasSearch
-
-        return DnasSearch
-    return SearchRunner
 
 
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
@@ -100,10 +88,10 @@ class SearchRunner:
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
-        self.strategy = self._make_strategy()
+        self.strategy = strategy_from_config(cfg.search, self.space)  # the proposer of every candidate
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         self.state = state if state is not None else self._start()
-        if state is not None and state.strategy and self.strategy is not None:
+        if state is not None and state.strategy:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
         self.weights = KeptWeights(self.tracker, self.out_dir, self.data.spec)
@@ -111,7 +99,7 @@ class SearchRunner:
         # ``state.json`` (what --resume finds), every other process a checkpoint of its own.
         self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
         tag = CHECKPOINT_TAG if self.owner else f"{CHECKPOINT_TAG}.{process_key()}"
-        self.tracker.client.set_tag(self.state.parent_run_id, tag, str(self.path))
+        self.tracker.set_tag(self.state.parent_run_id, tag, str(self.path))
         self.budget = TimeBudget(budget_seconds, clock=clock, elapsed=self.state.elapsed)
         self.rungs: Rungs | None = None
         self._tickets: dict[Future, RungTicket | None] = {}
@@ -124,22 +112,18 @@ class SearchRunner:
 
         tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         try:
-            run = tracker.client.get_run(run_id)
-        except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
-            raise UserError(f"--resume {run_id}: no such run in {tracker.uri} ({type(e).__name__})") from None
-        path = run.data.tags.get(CHECKPOINT_TAG)
+            tags = tracker.run_tags(run_id)
+        except UserError:
+            raise UserError(f"--resume {run_id}: no such run in {tracker.uri}") from None
+        path = tags.get(CHECKPOINT_TAG)
         if not path:
             raise UserError(f"--resume {run_id}: that run is not a rankitect search (no {CHECKPOINT_TAG} tag)")
         state = load_state(Path(path))
         saved = config_from_dict(state.config, list(overrides))
         saved.track = cfg.track
-        return runner_class(saved.search.strategy)(saved, state=state, **kw)
+        return cls(saved, state=state, **kw)
 
     # --- the loop --------------------------------------------------------------------------------
-
-    def _make_strategy(self) -> Strategy | None:
-        """The ask/tell strategy of the search (a subclass with a loop of its own may have none)."""
-        return strategy_from_config(self.cfg.search, self.space)
 
     def watch(self, progress: LineProgress) -> None:
         """Report to ``progress`` (e.g. a :class:`~rankitect.search.progress.SearchProgress` bar)."""
@@ -150,8 +134,9 @@ class SearchRunner:
         return (len(self.cfg.search.baselines) if self.owner else 0) + self.candidate_budget()
 
     def candidate_budget(self) -> int:
-        """How many candidates the search trains (for the progress lines)."""
-        return self.cfg.search.trials
+        """How many candidates the search trains: ``search.trials``, or what the strategy says
+        (a supernet's ``top_k``)."""
+        return self.strategy.budget(self.cfg.search.trials)
 
     def run(self) -> SearchOutcome:
         """Run the search to its end; SIGTERM or SIGINT stop it cleanly (see :meth:`_stopped`) and
@@ -163,6 +148,7 @@ class SearchRunner:
                 self._open_rungs()
                 self._run_baselines(runner)
                 self._start_from_baselines()
+                self._start_strategy()
                 self._run_candidates(runner)
                 return self._finish()
             except Stopped as stop:
@@ -188,7 +174,7 @@ class SearchRunner:
         self.running.clear()
         save_state(self.path, self.state)
         if self.owner:
-            self.tracker.client.set_terminated(self.state.parent_run_id, "KILLED")
+            self.tracker.end_run(self.state.parent_run_id, "KILLED")
         self.echo(f"search {why}: {len(self.state.candidates())} candidates finished; continue it with "
                   f"rankitect search --resume {self.state.parent_run_id}")
 
@@ -223,23 +209,6 @@ class SearchRunner:
             return TrialPool(str(self.data.path), self.cfg.search.workers)
         return InlineRunner(self.data)
 
-    def _set_plan(self, archs: list[Architecture]) -> None:
-        """Checkpoint the architectures a supernet phase chose, before any of them is retrained."""
-        self.state.plan = [a.to_dict() for a in archs]
-        save_state(self.path, self.state)
-
-    def _retrain_plan(self, runner: InlineRunner | TrialPool, label: str) -> None:
-        """Retrain from scratch every planned architecture that has no recorded trial yet."""
-        done = {t.name for t in self.state.candidates()}
-        for d in self.state.plan:
-            arch = Architecture.from_dict(d)
-            if arch.hash in done:
-                continue
-            self.echo(f"{label}: retraining {arch.hash} from scratch")
-            future = self._submit(runner, "candidate", arch.hash, arch, prune=False)
-            self._record("candidate", arch.hash, arch, self._output(future))
-            done.add(arch.hash)
-
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
         """Train the baselines under the same budget (once per search: by the parent's owner)."""
         from rankitect.space.baselines import get_baseline
@@ -268,12 +237,24 @@ class SearchRunner:
             self.objective = self.objective.with_target(found[1] if found else None)
             self.echo(f"target_mflops auto: {found[1]:.4f} MFLOPs ({found[0]}, the best baseline by val/ne)" if found
                       else "target_mflops auto: no baseline finished; ranking by NE alone")
-            if self.strategy is not None:
-                self.strategy.objective = self.objective
-        if self.strategy is not None:
-            taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
-            if taken:
-                self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
+            self.strategy.objective = self.objective
+        taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
+        if taken:
+            self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
+
+    def _start_strategy(self) -> None:
+        """Hand the strategy what it may need before its first proposal (a supernet phase runs
+        here), then checkpoint what it planned, before any of it is trained."""
+        context = SearchContext(
+            data=self.data, train_cfg=self.train_cfg, seed=self.cfg.search.seed,
+            memory_budget=self.cfg.runtime.memory_budget, flops_range=self.cfg.search.flops_range,
+            tracker=self.tracker, parent_run_id=self.state.parent_run_id,
+            finished={t.name for t in self.state.candidates()}, echo=self.echo, progress=self.cfg.train.progress,
+        )
+        self.strategy.start(context)
+        self.state.plan = [a.to_dict() for a in self.strategy.planned()]
+        self.state.strategy = self.strategy.state_dict()
+        save_state(self.path, self.state)
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
         pending: dict[Future, Architecture] = {}
@@ -294,7 +275,7 @@ class SearchRunner:
                 if not self._within_shared_budget(arch):
                     exhausted = True  # another process took the last trial at the same moment
                     break
-                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=True)] = arch
+                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=self.strategy.prunable)] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -308,7 +289,8 @@ class SearchRunner:
         from rankitect.search._optuna import claim_budget
 
         search = self.cfg.search
-        return search.storage is None or claim_budget(search.storage, search.study_name, arch_hash(arch), search.trials)
+        return search.storage is None or claim_budget(search.storage, search.study_name, arch_hash(arch),
+                                                      self.candidate_budget())
 
     def _remaining(self, in_flight: int) -> int:
         """Trials still to start: the budget less finished and running ones (of every process).
@@ -316,14 +298,14 @@ class SearchRunner:
         A pruned trial gives its slot back, yet proposals stop at ``trials * pruning_reduction``
         (so a search whose every candidate is pruned still ends).
         """
-        search = self.cfg.search
-        cap = search.trials * (search.pruning_reduction if search.pruning == "asha" else 1)
+        search, trials = self.cfg.search, self.candidate_budget()
+        cap = trials * (search.pruning_reduction if search.pruning == "asha" and self.strategy.prunable else 1)
         if search.storage is None:
             cands = self.state.candidates()
             finished = sum(1 for t in cands if t.result["status"] != "pruned")
-            return min(search.trials - finished, cap - len(cands)) - in_flight
+            return min(trials - finished, cap - len(cands)) - in_flight
         slots, proposals = shared_trial_count(search.storage, search.study_name, with_pruned=True)
-        return min(search.trials - slots, cap - proposals)
+        return min(trials - slots, cap - proposals)
 
     # --- recording -------------------------------------------------------------------------------
 
@@ -340,8 +322,7 @@ class SearchRunner:
                              result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)
         self.state.elapsed = self.budget.spent()
-        if self.strategy is not None:
-            self.state.strategy = self.strategy.state_dict()
+        self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
         self._log_child(record, out.history, self.progress.start_time(name))
         save_state(self.path, self.state)
@@ -388,16 +369,11 @@ class SearchRunner:
         for record in self.state.trials:
             if record.run_id is not None:
                 continue
+            # half-written by the killed process
             if record.trial_id is not None:
-                query = f"tags.`{TRIAL_ID_TAG}` = '{record.trial_id}'"
+                self.tracker.delete_child_runs(self.state.parent_run_id, TRIAL_ID_TAG, record.trial_id)
             elif not self.cfg.search.storage:  # an older checkpoint: its numbers are unique in its search
-                query = f"tags.`{TRIAL_TAG}` = '{record.number}'"
-            else:
-                query = None
-            if query is not None:
-                query += f" and tags.`mlflow.parentRunId` = '{self.state.parent_run_id}'"
-                for run in self.tracker.client.search_runs([self.tracker.experiment_id], query):
-                    self.tracker.client.delete_run(run.info.run_id)  # half-written by the killed process
+                self.tracker.delete_child_runs(self.state.parent_run_id, TRIAL_TAG, str(record.number))
             self._log_child(record, [])
             save_state(self.path, self.state)
 
