@@ -66,8 +66,10 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
         options.update(population=cfg.evolution.population, sample_size=cfg.evolution.sample_size)
     if cfg.strategy in ("oneshot", "dnas"):  # a section of their own: search.oneshot, search.dnas
         options.update(config=getattr(cfg, cfg.strategy), rocs=cfg.rocs)
-    if cfg.storage is not None and "storage" in accepted:
-        options.update(storage=cfg.storage, study_name=cfg.study_name)
+    if cfg.storage is not None and "shared" in accepted:
+        from rankitect.search.shared import SharedStudy
+
+        options.update(shared=SharedStudy(cfg.storage, cfg.study_name))
     return options
 
 

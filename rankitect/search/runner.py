@@ -30,6 +30,7 @@ from rankitect.search.factory import check_names, objective_from_config, strateg
 from rankitect.search.kept import KeptWeights
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
+from rankitect.search.shared import SharedStudy
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_TAG = "rankitect.checkpoint"
 TRIAL_TAG = "rankitect.trial"  # the trial's number in its process's checkpoint
 TRIAL_ID_TAG = "rankitect.trial_id"  # unique across the processes of a shared search (reconcile uses it)
-PARENT_ATTR = "mlflow_parent_run_id"
-SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
 
 @dataclass
@@ -89,6 +88,8 @@ class SearchRunner:
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy = strategy_from_config(cfg.search, self.space)  # the proposer of every candidate
+        # processes sharing search.storage coordinate through it (rankitect.search.shared)
+        self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if cfg.search.storage else None
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         self.state = state if state is not None else self._start()
         if state is not None and state.strategy:
@@ -167,10 +168,8 @@ class SearchRunner:
         for name, (kind, arch) in self.running.items():
             self.tracker.log_trial(self.state.parent_run_id, arch, TrialResult.failure(why), {TRIAL_TAG: "stopped"},
                                    baseline=name if kind == "baseline" else None, status="KILLED")
-        if self.cfg.search.storage and self.running:
-            from rankitect.search._optuna import release_running
-
-            release_running(self.cfg.search.storage, self.cfg.search.study_name, list(self.running), why)
+        if self.shared is not None and self.running:
+            self.shared.release(list(self.running), why)
         self.running.clear()
         save_state(self.path, self.state)
         if self.owner:
@@ -286,11 +285,7 @@ class SearchRunner:
                 self._record("candidate", arch_hash(arch), arch, out)
 
     def _within_shared_budget(self, arch: Architecture) -> bool:
-        from rankitect.search._optuna import claim_budget
-
-        search = self.cfg.search
-        return search.storage is None or claim_budget(search.storage, search.study_name, arch_hash(arch),
-                                                      self.candidate_budget())
+        return self.shared is None or self.shared.claim(arch_hash(arch), self.candidate_budget())
 
     def _remaining(self, in_flight: int) -> int:
         """Trials still to start: the budget less finished and running ones (of every process).
@@ -300,11 +295,11 @@ class SearchRunner:
         """
         search, trials = self.cfg.search, self.candidate_budget()
         cap = trials * (search.pruning_reduction if search.pruning == "asha" and self.strategy.prunable else 1)
-        if search.storage is None:
+        if self.shared is None:
             cands = self.state.candidates()
             finished = sum(1 for t in cands if t.result["status"] != "pruned")
             return min(trials - finished, cap - len(cands)) - in_flight
-        slots, proposals = shared_trial_count(search.storage, search.study_name, with_pruned=True)
+        slots, proposals = self.shared.count()
         return min(trials - slots, cap - proposals)
 
     # --- recording -------------------------------------------------------------------------------
@@ -326,8 +321,8 @@ class SearchRunner:
         save_state(self.path, self.state)
         self._log_child(record, out.history, self.progress.start_time(name))
         save_state(self.path, self.state)
-        if self.cfg.search.storage:
-            self._share(record)
+        if self.shared is not None:
+            self.shared.share({"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result})
         self._keep_weights(kept_before)
         line = _trial_line(record, len(self.state.candidates()), self.candidate_budget())
         self.progress.finished(name, out.result, line)
@@ -344,18 +339,13 @@ class SearchRunner:
         if result.cost is not None and result.cost.rocs_metrics():  # measured once, before training
             self.tracker.log_metrics(record.run_id, result.cost.rocs_metrics())
 
-    def _share(self, record: TrialRecord) -> None:
-        """Put a finished trial in the shared study, so every process's Pareto table can hold it."""
-        entry = {"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result}
-        _load_study(self.cfg).set_user_attr(SHARED_TRIAL_ATTR + record.name, entry)
-
     def _all_trials(self) -> list[TrialRecord]:
         """This process's trials, plus (with shared storage) those every other process has finished."""
         trials = list(self.state.trials)
-        if self.cfg.search.storage:
+        if self.shared is not None:
             names = {t.name for t in trials}
-            for key, e in sorted(_load_study(self.cfg).user_attrs.items()):
-                if key.startswith(SHARED_TRIAL_ATTR) and e["name"] not in names:
+            for e in self.shared.trials():
+                if e["name"] not in names:
                     trials.append(TrialRecord(number=-1, kind=e["kind"], name=e["name"], arch=e["arch"],
                                               result=e["result"]))
         return trials
@@ -378,19 +368,9 @@ class SearchRunner:
             save_state(self.path, self.state)
 
     def _start(self) -> SearchState:
-        if not self.cfg.search.storage:
+        if self.shared is None:
             return SearchState(parent_run_id=self._new_parent(), config=to_dict(self.cfg))
-        from rankitect.search._optuna import storage_lock
-
-        # The first process to look opens the shared parent run; the lock makes "look, then open
-        # and publish" one step, so processes started together agree on one parent.
-        with storage_lock(self.cfg.search.storage):
-            study = _load_study(self.cfg)
-            parent = study.user_attrs.get(PARENT_ATTR)
-            self.owner = parent is None
-            if parent is None:
-                parent = self._new_parent()
-                study.set_user_attr(PARENT_ATTR, parent)
+        parent, self.owner = self.shared.parent_run(self._new_parent)  # one parent for every process
         return SearchState(parent_run_id=parent, config=to_dict(self.cfg))
 
     def _new_parent(self) -> str:
@@ -492,24 +472,3 @@ def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
         return f"{head} {record.name} FAILED: {r.error}"
     return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
             f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s")
-
-
-def _load_study(cfg: Config) -> Any:
-    from rankitect.search._optuna import load_shared_study
-
-    return load_shared_study(cfg.search.storage, cfg.search.study_name)
-
-
-def shared_trial_count(storage: str, study_name: str | None, *, with_pruned: bool = False) -> Any:
-    """Proposals recorded in a shared study by every process that hold a trial slot (duplicates of
-    earlier ones, baselines and pruned trials excluded); ``with_pruned``: that and all proposals,
-    pruned included (baselines still not)."""
-    from rankitect.search._optuna import BASELINE_ATTR, counts, load_shared_study, takes_budget
-
-    try:
-        trials = load_shared_study(storage, study_name).get_trials(deepcopy=False)
-    except KeyError:
-        trials = []
-    slots = sum(1 for t in trials if takes_budget(t))
-    proposals = sum(1 for t in trials if counts(t) and BASELINE_ATTR not in t.user_attrs)
-    return (slots, proposals) if with_pruned else slots
