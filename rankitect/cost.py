@@ -29,6 +29,7 @@ from rankitect.data.spec import FeatureSpec
 from rankitect.serve.rocs import model_rocs_cost
 from rankitect.space.architecture import Architecture
 from rankitect.space.builder import build_model
+from rankitect.space.flops import model_cost
 
 
 @dataclass(frozen=True)
@@ -97,14 +98,14 @@ def measure(arch: Architecture, spec: FeatureSpec, candidates_per_request: float
     architecture's request part is shared in :attr:`Cost.served_flops`.
     """
     model = build_model(arch, spec, device="meta")
-    total = sum(p.numel() for p in model.parameters())
-    sparse = sum(p.numel() for p in model.sparse_parameters())
+    plain = model_cost(model)
     per_request = per_candidate = None
     if arch.rocs:
         rocs = model_rocs_cost(model)
         per_request, per_candidate = rocs.per_request, rocs.per_candidate
-    return Cost(flops=model.flops(), params=total, dense_params=total - sparse, rocs_per_request=per_request,
-                rocs_per_candidate=per_candidate, candidates_per_request=candidates_per_request)
+    return Cost(flops=plain.flops, params=plain.params, dense_params=plain.dense_params,
+                rocs_per_request=per_request, rocs_per_candidate=per_candidate,
+                candidates_per_request=candidates_per_request)
 
 
 __all__ = ["Cost", "measure"]

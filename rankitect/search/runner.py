@@ -3,10 +3,11 @@
 ``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, starts
 the strategy (a :class:`~rankitect.search.base.Proposer` from the one registry; ``oneshot`` and
 ``dnas`` train their supernet here), then trains what it proposes until its budget
-(``search.trials``, or a supernet's ``top_k``) has finished (across every process sharing ``search.storage``),
-in this process or in a local pool of ``search.workers`` processes. After every finished trial the
-checkpoint is rewritten (see :mod:`rankitect.search.checkpoint`); ``resume(run_id)`` continues a
-killed search exactly where its checkpoint stands. A candidate that fails becomes a FAILED child run.
+(``search.trials``, or a supernet's ``top_k``) has finished, across every process sharing
+``search.storage`` (:mod:`rankitect.search.shared`), in this process or in a local pool of
+``search.workers`` processes. After every finished trial the checkpoint is rewritten (see
+:mod:`rankitect.search.checkpoint`); ``resume(run_id)`` continues a killed search exactly where its
+checkpoint stands. A candidate that fails becomes a FAILED child run.
 """
 
 from __future__ import annotations
