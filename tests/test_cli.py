@@ -71,3 +71,32 @@ def test_bad_data_is_one_line_naming_file_and_line(tmp_path: Path, make_bad: str
     assert "Traceback" not in proc.stderr and str(path) in proc.stderr
     if make_bad in ("ragged", "letters"):
         assert f"{path}:2" in proc.stderr
+
+
+def test_console_script_and_module_run_the_same_main() -> None:
+    import importlib
+    import tomllib
+
+    import rankitect.__main__ as module_entry
+    import rankitect.cli
+
+    root = Path(__file__).resolve().parents[1]
+    target = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["rankitect"]
+    module, _, attr = target.partition(":")
+    assert getattr(importlib.import_module(module), attr) is rankitect.cli.main
+    assert module_entry.main is rankitect.cli.main
+
+
+def test_every_command_module_is_on_the_line() -> None:
+    """Each module of rankitect/cli that adds commands is listed, and every command has a handler."""
+    import pkgutil
+
+    import rankitect.cli as cli
+
+    adding = {m.name for m in pkgutil.iter_modules(cli.__path__)
+              if hasattr(__import__(f"rankitect.cli.{m.name}", fromlist=["x"]), "add_commands")}
+    assert adding == {g.__name__.rpartition(".")[2] for g in cli.COMMAND_GROUPS}
+    choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert set(choices) == {"search", "train", "runs", "export", "finetune", "probe", "ui", "data"}
+    for name in set(choices) - {"data"}:
+        assert callable(choices[name].get_default("handler")), name

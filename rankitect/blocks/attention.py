@@ -9,6 +9,8 @@ from torch import nn
 
 from rankitect.blocks.base import FIELD, Block, register_block
 from rankitect.blocks.common import check_positive, check_request
+from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_whole
+from rankitect.blocks.split import Split, add
 
 FFN_RATIO = 4  # hidden width of the optional feed-forward network, as in the transformer
 
@@ -37,9 +39,7 @@ class Attention(Block):
 
     Shapes: ``(B, N, D) -> (B, N, D)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("attention", (3, 4), {"num_heads": 2, "ffn": False})
+    >>> block = Attention(3, 4, num_heads=2, ffn=False)
     >>> block(torch.randn(2, 3, 4)).shape, block.flops()
     (torch.Size([2, 3, 4]), 528)
     """
@@ -92,10 +92,32 @@ class Attention(Block):
         return self.proj(out.transpose(1, 2).reshape(B, N, D))  # (B,H,N,Dh) -> (B,N,H,Dh) -> (B,N,D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x + self.attend(x))
+        y = self.norm(x + self.attend(x))  # (B, N, D)
         if self.ffn is not None and self.ffn_norm is not None:
-            y = self.ffn_norm(y + self.ffn(y))
+            y = self.ffn_norm(y + self.ffn(y))  # (B, N, D) -> (B, N, 4D) -> (B, N, D)
         return y
+
+    def forward_split(self, x: Split) -> Split:
+        """Request queries see request keys only; candidate queries see the request's K/V, computed once."""
+        H, D = self.num_heads, self.dim
+        scale = math.sqrt(D // H)
+        q_u, k_u, v_u = _heads(self.qkv(x.req), H)  # 3 x (Q, H, R, Dh)
+        q_c, k_c, v_c = _heads(self.qkv(x.cand), H)  # 3 x (B, H, C, Dh)
+        keys = torch.cat([k_u.index_select(0, x.index), k_c], dim=2)  # (B, H, N, Dh)
+        values = torch.cat([v_u.index_select(0, x.index), v_c], dim=2)
+        y = x.like(_attend(q_u, k_u, v_u, scale), _attend(q_c, keys, values, scale))
+        y = add(x, y.map(self.proj)).map(self.norm)
+        if self.ffn is not None and self.ffn_norm is not None:
+            y = add(y, y.map(self.ffn)).map(self.ffn_norm)
+        return y
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        # Every weight acts on the embedding dimension only; the field count and heads change no shape.
+        params = {**slice_whole("qkv.", widest.qkv, take), **slice_whole("proj.", widest.proj, take),
+                  **slice_whole("norm.", widest.norm, take)}
+        if self.ffn is not None:
+            params.update({**slice_whole("ffn.", widest.ffn, take), **slice_whole("ffn_norm.", widest.ffn_norm, take)})
+        return params, in_pos
 
     def flops(self) -> int:
         N, D = self.in_fields, self.dim
@@ -103,3 +125,17 @@ class Attention(Block):
         mixing = 2 * (2 * N * N * D)  # QKᵀ and weights @ V over all heads
         ffn = 2 * (2 * N * D * FFN_RATIO * D) if self.ffn is not None else 0
         return projections + mixing + ffn
+
+
+def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
+    B, N, three_d = t.shape
+    # (B, N, 3D) -> (B, N, 3, H, Dh) -> 3 x (B, H, N, Dh)
+    return t.reshape(B, N, 3, H, three_d // (3 * H)).permute(2, 0, 3, 1, 4)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    # The scale on the queries (n x Dh per head) costs less than on the scores (n x m).
+    scores = torch.matmul(q / scale, k.transpose(-1, -2))  # (B, H, n, Dh) @ (B, H, Dh, m) -> (B, H, n, m)
+    out = torch.matmul(scores.softmax(dim=-1), v)  # (B, H, n, m) @ (B, H, m, Dh) -> (B, H, n, Dh)
+    B, H, n, Dh = out.shape
+    return out.transpose(1, 2).reshape(B, n, H * Dh)  # (B, H, n, Dh) -> (B, n, H, Dh) -> (B, n, D)

@@ -23,18 +23,33 @@ After construction a block knows ``out_shape`` (``(N', D)`` or ``(W,)``), ``requ
 unmasked) and :meth:`Block.flops`, the forward FLOPs per example of exactly what ``forward``
 computes. FLOPs follow ``torch.utils.flop_counter``: matrix products only (mm, addmm, bmm, baddbmm;
 a multiply-add is 2); elementwise work, norms and activations count 0; embedding lookups are free.
+
+Everything else about an op lives on its class too, so adding a block touches one file:
+
+* :meth:`Block.forward_split`: the forward on ROCS splits (:mod:`rankitect.blocks.split`), the
+  request part once per request; the default runs the block per candidate (correct, saves nothing);
+* :meth:`Block.slice_from` and :meth:`Block.widest`: its supernet weight-sharing rule
+  (:mod:`rankitect.blocks.slicing`); the default has none;
+* :meth:`Block.param_schema`: the types of its gene params, read from the typed constructor.
+
+Block modules import only torch, the standard library and each other, so the exporter copies
+their source into a standalone ``model.py`` (:mod:`rankitect.export.bundle`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
 from rankitect.blocks.common import check_share
+from rankitect.blocks.slicing import InPos, Params, Take, pick
+from rankitect.blocks.split import Split, fallback
 
 FIELD = "field"
 FLAT = "flat"
@@ -48,12 +63,46 @@ class Block(nn.Module):
     num_inputs: ClassVar[int] = 1
     mixes_fields: ClassVar[bool] = True  # False for blocks where masking is meaningless
 
+    op_name: ClassVar[str] = ""  # set by :func:`register_block`
+
     out_shape: tuple[int, ...]
     request_out: int
 
     def flops(self) -> int:
         """Forward FLOPs per example (matrix products, multiply-add = 2)."""
         raise NotImplementedError
+
+    def forward_split(self, *xs: Split) -> Split:
+        """``forward`` on ROCS splits, the output cut at ``request_out``: request part once per request.
+
+        The default runs the block per candidate on the broadcast inputs (correct, saves nothing).
+        """
+        return fallback(self, *xs)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        """This block's parameters cut by ``take`` from ``widest`` (the same op at its widest), and
+        the positions of its outputs in the widest output (:mod:`rankitect.blocks.slicing`)."""
+        raise ValueError(f"supernet: block op {self.op_name or type(self).__name__!r} has no weight-sharing rule")
+
+    @classmethod
+    def widest(cls, in_shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[tuple[int, ...], dict]:
+        """The widest block's input shape and params, adjusted so that every optional part exists."""
+        return in_shape, dict(params)
+
+    @classmethod
+    def param_schema(cls) -> dict[str, Any]:
+        """Gene param name -> its type, read from the typed keyword-only constructor arguments.
+
+        >>> from rankitect.blocks.dcn import DCN
+        >>> DCN.param_schema()
+        {'num_layers': <class 'int'>, 'low_rank': <class 'int'>}
+        """
+        hints = typing.get_type_hints(cls.__init__)
+        return {
+            n: hints.get(n, Any)
+            for n, p in _init_parameters(cls).items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and n not in MASKING_ARGS
+        }
 
     def extra_repr(self) -> str:
         return f"out_shape={tuple(self.out_shape)}, request_out={self.request_out}"

@@ -7,6 +7,8 @@ from torch import nn
 
 from rankitect.blocks.base import FLAT, Block, register_block
 from rankitect.blocks.common import MaskedLinear, check_positive, check_request, request_share
+from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_linear
+from rankitect.blocks.split import Split, linear
 
 
 class CrossMap(nn.Module):
@@ -30,11 +32,23 @@ class CrossMap(nn.Module):
             self.up = MaskedLinear(low_rank, features, request_in=rank_request, request_out=out_request)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.up(self.down(x))
+        return self.up(self.down(x))  # (B, W) -> (B, low_rank) -> (B, W)
 
     def flops(self) -> int:
         down = self.down.flops() if isinstance(self.down, MaskedLinear) else 0
         return down + self.up.flops()
+
+    def forward_split(self, x: Split) -> Split:
+        h = linear(self.down, x) if isinstance(self.down, MaskedLinear) else x
+        return linear(self.up, h)
+
+    def slice_from(self, prefix: str, widest: CrossMap, in_pos: InPos, take: Take) -> Params:
+        """Low rank (``W = U Vᵀ``): the first ``rank`` units of ``U`` and ``V``; full: ``W`` on ``in_pos``."""
+        if not isinstance(self.down, MaskedLinear):
+            return slice_linear(f"{prefix}up.", widest.up, in_pos, in_pos, take)
+        rank = self.down.out_features
+        return {**slice_linear(f"{prefix}down.", widest.down, rank, in_pos, take),
+                **slice_linear(f"{prefix}up.", widest.up, in_pos, rank, take)}
 
 
 @register_block("dcn")
@@ -60,9 +74,7 @@ class DCN(Block):
 
     Shapes: ``(B, W) -> (B, W)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("dcn", (8,), {"num_layers": 2, "low_rank": 2})
+    >>> block = DCN(8, num_layers=2, low_rank=2)
     >>> block(torch.randn(3, 8)).shape, block.flops()
     (torch.Size([3, 8]), 128)
     """
@@ -93,10 +105,23 @@ class DCN(Block):
         self.request_out = request_in or 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x0 = x
+        x0 = x  # (B, W)
         for layer in self.layers:
-            x = x0 * layer(x) + x
+            x = x0 * layer(x) + x  # (B, W) * (B, W) + (B, W)
         return x
 
     def flops(self) -> int:
         return sum(layer.flops() for layer in self.layers)
+
+    def forward_split(self, x: Split) -> Split:
+        x0 = x
+        for layer in self.layers:
+            y = layer.forward_split(x)
+            x = x.like(x0.req * y.req + x.req, x0.cand * y.cand + x.cand)
+        return x
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        params: Params = {}
+        for i, layer in enumerate(self.layers):
+            params.update(layer.slice_from(f"layers.{i}.", widest.layers[i], in_pos, take))
+        return params, in_pos

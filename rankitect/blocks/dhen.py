@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,6 +20,8 @@ from rankitect.blocks.common import (
 from rankitect.blocks.dcn import DCN
 from rankitect.blocks.dot import Dot
 from rankitect.blocks.fm import FM
+from rankitect.blocks.slicing import InPos, Params, Take, flat_positions, pick, prefixed, slice_linear, slice_whole
+from rankitect.blocks.split import Split, add, cat, field_linear, linear
 
 MODULES = ("dot", "attention", "linear", "dcn", "fm")
 COMBINES = ("concat", "sum")
@@ -53,6 +56,28 @@ class Branch(nn.Module):
         if isinstance(self.head, FieldLinear):
             return body + self.head.field_flops(self.dim)
         return body + (self.head.flops() if self.head is not None else 0)
+
+    def forward_split(self, x: Split) -> Split:
+        h = x.flat() if self.flatten else x
+        if self.body is not None:
+            h = self.body.forward_split(h)
+        if isinstance(self.head, FieldLinear):
+            h = field_linear(self.head, h)
+        elif self.head is not None:
+            h = linear(self.head, h)
+        return h if h.req.dim() == 3 else h.fields(self.dim)
+
+    def slice_from(self, prefix: str, widest: Branch, in_pos: torch.Tensor, take: Take) -> Params:
+        """The body's cut on the (flattened) input positions, then the head onto the first fields."""
+        pos = flat_positions(in_pos, self.dim) if self.flatten else in_pos
+        params: Params = {}
+        if self.body is not None:
+            body, pos = self.body.slice_from(widest.body, pos, take)  # pos: the body's outputs in the widest's
+            params.update(prefixed(f"{prefix}body.", body))
+        if self.head is not None:
+            rows = self.out_fields if isinstance(self.head, FieldLinear) else self.out_fields * self.dim
+            params.update(slice_linear(f"{prefix}head.", widest.head, rows, pos, take))
+        return params
 
 
 def make_branch(
@@ -116,9 +141,7 @@ class DHEN(Block):
 
     Shapes: ``(B, N, D) -> (B, out_fields, D)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("dhen", (4, 8), {"modules": ["dot", "attention", "fm"], "out_fields": 3})
+    >>> block = DHEN(4, 8, modules=["dot", "attention", "fm"], out_fields=3)
     >>> block(torch.randn(2, 4, 8)).shape, block.flops()
     (torch.Size([2, 3, 8]), 4304)
     """
@@ -173,8 +196,8 @@ class DHEN(Block):
             # Request fields of every module first: (B, M*out_fields, D) -> (B, out_fields, D).
             y = self.mix(torch.cat([o[:, :t] for o in outs] + [o[:, t:] for o in outs], dim=1))
         else:
-            y = torch.stack(outs).sum(dim=0)
-        shortcut = x if self.shortcut is None else self.shortcut(x)
+            y = torch.stack(outs).sum(dim=0)  # (M, B, out_fields, D) -> (B, out_fields, D)
+        shortcut = x if self.shortcut is None else self.shortcut(x)  # (B, out_fields, D)
         return self.norm(y + shortcut)
 
     def flops(self) -> int:
@@ -184,6 +207,42 @@ class DHEN(Block):
         if self.shortcut is not None:
             total += self.shortcut.field_flops(self.dim)
         return total
+
+    def forward_split(self, x: Split) -> Split:
+        outs = [b.forward_split(x) for b in self.branches]  # M x field splits of out_fields
+        if self.mix is not None:
+            y = field_linear(self.mix, cat(outs))  # request fields of every module first
+        else:
+            y = outs[0]
+            for o in outs[1:]:
+                y = add(y, o)
+        shortcut = x if self.shortcut is None else field_linear(self.shortcut, x)
+        return add(y, shortcut).map(self.norm)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        out_fields, wide_out = self.out_shape[0], widest.out_shape[0]
+        params: Params = {}
+        mix_cols = []
+        for i, name in enumerate(self.module_names):
+            j = widest.module_names.index(name)
+            params.update(self.branches[i].slice_from(f"branches.{i}.", widest.branches[j], in_pos, take))
+            mix_cols.append(j * wide_out + torch.arange(out_fields))  # module j's fields in the widest concat
+        if self.mix is not None:
+            params.update(slice_linear("mix.", widest.mix, out_fields, torch.cat(mix_cols), take))
+        if self.shortcut is not None:
+            params.update(slice_linear("shortcut.", widest.shortcut, out_fields, in_pos, take))
+        params.update(slice_whole("norm.", widest.norm, take))
+        return params, torch.arange(out_fields)
+
+    @classmethod
+    def widest(cls, in_shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[tuple[int, ...], dict]:
+        """Every module; a shortcut and an attention head exist only when the input field count
+        differs from the output's, so a widest layer whose counts agree gets one spare input field
+        (never filled) where narrower layers, whose counts differ, find those weights."""
+        params = {**params, "modules": MODULES}
+        if in_shape[0] == params["out_fields"]:
+            in_shape = (in_shape[0] + 1, *in_shape[1:])
+        return in_shape, params
 
 
 def check_modules(modules: Sequence[str]) -> tuple[str, ...]:

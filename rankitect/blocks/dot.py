@@ -6,6 +6,8 @@ import torch
 
 from rankitect.blocks.base import FIELD, FLAT, Block, register_block
 from rankitect.blocks.common import check_positive, check_request
+from rankitect.blocks.slicing import InPos, Params, Take, pair_positions, pick
+from rankitect.blocks.split import Split
 
 
 def pair_order(in_fields: int, request_in: int | None) -> list[tuple[int, int]]:
@@ -44,9 +46,7 @@ class Dot(Block):
 
     Shapes: ``(B, N, D) -> (B, N(N-1)/2)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("dot", (4, 8), {}, request_in=3)
+    >>> block = Dot(4, 8, request_in=3)
     >>> block(torch.randn(2, 4, 8)).shape, block.request_out, block.flops()
     (torch.Size([2, 6]), 3, 256)
     """
@@ -78,3 +78,23 @@ class Dot(Block):
 
     def flops(self) -> int:
         return 2 * self.in_fields * self.in_fields * self.dim
+
+    def forward_split(self, x: Split) -> Split:
+        """Request x request pairs once per request; candidate rows of the Gram matrix per candidate."""
+        R, N = x.request_width, self.in_fields
+        C, u, c = N - R, x.req, x.cand
+        gram_u = torch.bmm(u, u.transpose(1, 2))  # (Q, R, D) @ (Q, D, R) -> (Q, R, R)
+        # Candidate rows of the Gram matrix: against the request fields and against each other.
+        cross = torch.bmm(c, u.index_select(0, x.index).transpose(1, 2))  # (B, C, D) @ (B, D, R) -> (B, C, R)
+        own = torch.bmm(c, c.transpose(1, 2))  # (B, C, D) @ (B, D, C) -> (B, C, C)
+        # The block's pairs (i, j), i < j, in its output order (request x request pairs first).
+        i, j = self.index // N, self.index % N
+        n_req = R * (R - 1) // 2
+        req = gram_u.reshape(u.shape[0], R * R).index_select(1, i[:n_req] * R + j[:n_req])  # (Q, R(R-1)/2)
+        i, j = i[n_req:], j[n_req:]  # j >= R: pairs with a candidate field
+        pos = torch.where(i < R, (j - R) * R + i, C * R + (i - R) * C + (j - R))  # in [cross | own]
+        both = torch.cat([cross.reshape(c.shape[0], C * R), own.reshape(c.shape[0], C * C)], dim=1)  # (B, CR + CC)
+        return x.like(req, both.index_select(1, pos))
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        return {}, pair_positions(in_pos, widest.in_fields)

@@ -6,6 +6,8 @@ import torch
 
 from rankitect.blocks.base import FIELD, Block, register_block
 from rankitect.blocks.common import FieldLinear, check_positive, check_request, request_share
+from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_linear
+from rankitect.blocks.split import Split, field_linear
 
 
 @register_block("efc")
@@ -29,9 +31,7 @@ class EFC(Block):
 
     Shapes: ``(B, N, D) -> (B, N', D)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("efc", (5, 4), {"out_fields": 3}, request_in=2)
+    >>> block = EFC(5, 4, out_fields=3, request_in=2)
     >>> block(torch.randn(2, 5, 4)).shape, block.request_out, block.flops()
     (torch.Size([2, 3, 4]), 1, 120)
     """
@@ -60,7 +60,14 @@ class EFC(Block):
         self.out_shape = (out_fields, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x)
+        return self.linear(x)  # (B, N, D) -> (B, N', D)
 
     def flops(self) -> int:
         return self.linear.field_flops(self.dim)
+
+    def forward_split(self, x: Split) -> Split:
+        return field_linear(self.linear, x)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        fields = self.out_shape[0]
+        return slice_linear("linear.", widest.linear, fields, in_pos, take), torch.arange(fields)

@@ -6,6 +6,8 @@ import torch
 
 from rankitect.blocks.base import FIELD, FLAT, Block, register_block
 from rankitect.blocks.common import check_positive, check_request
+from rankitect.blocks.slicing import InPos, Params, Take, pick
+from rankitect.blocks.split import Split
 
 
 def fm_pairs(x: torch.Tensor) -> torch.Tensor:
@@ -36,9 +38,7 @@ class FM(Block):
 
     Shapes: ``(B, N, D) -> (B, D)``, or ``(B, 2D)`` when masked with ``R >= 2``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("fm", (5, 4), {}, request_in=2)
+    >>> block = FM(5, 4, request_in=2)
     >>> block(torch.randn(3, 5, 4)).shape, block.request_out, block.flops()
     (torch.Size([3, 8]), 4, 0)
     """
@@ -57,10 +57,21 @@ class FM(Block):
         self.out_shape = (2 * dim if self.split else dim,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        full = fm_pairs(x)
+        full = fm_pairs(x)  # (B, N, D) -> (B, D)
         if not self.split:
             return full
-        return torch.cat([fm_pairs(x[:, : self.split]), full], dim=1)
+        return torch.cat([fm_pairs(x[:, : self.split]), full], dim=1)  # (B, D) + (B, D) -> (B, 2D)
 
     def flops(self) -> int:
         return 0
+
+    def forward_split(self, x: Split) -> Split:
+        u, c = x.req, x.cand
+        total = u.sum(dim=1).index_select(0, x.index) + c.sum(dim=1)  # (B, D): sum over all fields
+        squares = (u * u).sum(dim=1).index_select(0, x.index) + (c * c).sum(dim=1)  # (B, D)
+        full = 0.5 * (total * total - squares)
+        req = fm_pairs(u) if self.split else u.new_zeros(u.shape[0], 0)  # (Q, D) or (Q, 0)
+        return x.like(req, full)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        return {}, torch.arange(self.out_shape[0])

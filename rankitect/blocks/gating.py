@@ -6,6 +6,8 @@ import torch
 
 from rankitect.blocks.base import FLAT, Block, register_block
 from rankitect.blocks.common import MaskedLinear, check_positive, check_request_pair, request_share
+from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_linear
+from rankitect.blocks.split import Split, linear
 
 
 @register_block("gating")
@@ -30,9 +32,7 @@ class Gating(Block):
 
     Shapes: ``(B, left_features), (B, right_features) -> (B, width)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("gating", (6, 4), {"width": 8}, request_in=(2, 1))
+    >>> block = Gating(6, 4, width=8, request_in=(2, 1))
     >>> block(torch.randn(3, 6), torch.randn(3, 4)).shape, block.request_out, block.flops()
     (torch.Size([3, 8]), 2, 112)
     """
@@ -62,7 +62,19 @@ class Gating(Block):
         self.out_shape = (width,)
 
     def forward(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        return self.proj(right * torch.sigmoid(self.gate(left)))
+        gated = right * torch.sigmoid(self.gate(left))  # (B, L) -> (B, R); (B, R) * (B, R)
+        return self.proj(gated)  # (B, R) -> (B, width)
 
     def flops(self) -> int:
         return self.gate.flops() + self.proj.flops()
+
+    def forward_split(self, left: Split, right: Split) -> Split:
+        gate = linear(self.gate, left)
+        return linear(self.proj, right.like(right.req * torch.sigmoid(gate.req), right.cand * torch.sigmoid(gate.cand)))
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        left, right = in_pos
+        width = self.out_shape[0]
+        params = {**slice_linear("gate.", widest.gate, right, left, take),
+                  **slice_linear("proj.", widest.proj, width, right, take)}
+        return params, torch.arange(width)

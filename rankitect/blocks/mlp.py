@@ -15,6 +15,8 @@ from rankitect.blocks.common import (
     make_norm,
     request_share,
 )
+from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_affine, slice_linear
+from rankitect.blocks.split import Split, sequential
 
 
 @register_block("mlp")
@@ -41,9 +43,7 @@ class MLP(Block):
 
     Shapes: ``(B, in_features) -> (B, width)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("mlp", (16,), {"width": 8, "num_layers": 2})
+    >>> block = MLP(16, width=8, num_layers=2)
     >>> block(torch.randn(4, 16)).shape, block.flops()
     (torch.Size([4, 8]), 384)
     """
@@ -82,7 +82,25 @@ class MLP(Block):
         self.request_out = request or 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        return self.layers(x)  # (B, W) -> (B, width)
 
     def flops(self) -> int:
         return sum(m.flops() for m in self.layers if isinstance(m, MaskedLinear))
+
+    def forward_split(self, x: Split) -> Split:
+        return sequential(self.layers, x)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        return slice_layers("layers.", widest.layers, self.layers, in_pos, take), torch.arange(self.out_shape[0])
+
+
+def slice_layers(prefix: str, widest: nn.Sequential, layers: nn.Sequential, in_pos: InPos, take: Take) -> Params:
+    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units."""
+    out: Params = {}
+    cols = in_pos
+    for i in range(0, len(layers), 3):
+        width = layers[i].out_features
+        out.update(slice_linear(f"{prefix}{i}.", widest[i], width, cols, take))
+        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take))
+        cols = width
+    return out

@@ -6,6 +6,8 @@ import torch
 
 from rankitect.blocks.base import FLAT, Block, register_block
 from rankitect.blocks.common import MaskedLinear, check_positive, check_request_pair, request_share
+from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_linear
+from rankitect.blocks.split import Split, add, linear
 
 
 @register_block("sum")
@@ -30,9 +32,7 @@ class Sum(Block):
 
     Shapes: ``(B, left_features), (B, right_features) -> (B, width)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> block = build_block("sum", (6, 4), {"width": 8})
+    >>> block = Sum(6, 4, width=8)
     >>> block(torch.randn(3, 6), torch.randn(3, 4)).shape, block.flops()
     (torch.Size([3, 8]), 160)
     """
@@ -64,7 +64,17 @@ class Sum(Block):
         self.out_shape = (width,)
 
     def forward(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.left(left) + self.right(right))
+        return torch.relu(self.left(left) + self.right(right))  # (B, L) -> (B, width); (B, R) -> (B, width)
 
     def flops(self) -> int:
         return self.left.flops() + self.right.flops()
+
+    def forward_split(self, left: Split, right: Split) -> Split:
+        return add(linear(self.left, left), linear(self.right, right)).map(torch.relu)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        left, right = in_pos
+        width = self.out_shape[0]
+        params = {**slice_linear("left.", widest.left, width, left, take),
+                  **slice_linear("right.", widest.right, width, right, take)}
+        return params, torch.arange(width)

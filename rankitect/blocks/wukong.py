@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -16,6 +19,18 @@ from rankitect.blocks.common import (
     residual_share,
 )
 from rankitect.blocks.mlp import MLP
+from rankitect.blocks.slicing import (
+    Index,
+    InPos,
+    Params,
+    Take,
+    pick,
+    prefixed,
+    slice_affine,
+    slice_linear,
+    slice_whole,
+)
+from rankitect.blocks.split import Split, add, cat, field_linear, linear, split_layer_norm
 
 
 def split_share(total: int, first: int, second: int) -> tuple[int, int]:
@@ -92,6 +107,40 @@ class FactorizationMachineBlock(nn.Module):
         interaction = 2 * (2 * self.in_fields * self.dim * self.low_rank)  # Xᵀ Y and X (Xᵀ Y)
         return interaction + (self.mlp.flops() if self.mlp else 0) + self.out.flops()
 
+    def forward_split(self, x: Split) -> Split:
+        """``Z = X (Xᵀ Y)`` with the request entries ``Z[:R, :kr]`` once per request."""
+        R, D, kr = x.request_width, self.dim, self.rank_request
+        y = self.y if self.y_mask is None else self.y * self.y_mask  # (N, k); y[R:, :kr] == 0
+        u, c = x.req, x.cand
+        xty_u = torch.matmul(u.transpose(1, 2), y[:R])  # (Q, D, R) @ (R, k) -> (Q, D, k)
+        # Xᵀ Y of the candidate columns: request rows' share (per request) + candidate rows' share
+        xty_c = torch.matmul(c.transpose(1, 2), y[R:, kr:]) + xty_u[..., kr:].index_select(0, x.index)  # (B, D, k-kr)
+        z_req = torch.matmul(u, xty_u[..., :kr])  # (Q, R, D) @ (Q, D, kr) -> (Q, R, kr)
+        z_uc = torch.matmul(u.index_select(0, x.index), xty_c)  # (B, R, D) @ (B, D, k-kr) -> (B, R, k-kr)
+        xty_all = torch.cat([xty_u[..., :kr].index_select(0, x.index), xty_c], dim=2)  # (B, D, k)
+        z_c = torch.matmul(c, xty_all)  # (B, C, D) @ (B, D, k) -> (B, C, k)
+        # Row-major over (field, column) without the request entries: the block's flat order.
+        h = x.like(z_req.flatten(1), torch.cat([z_uc.flatten(1), z_c.flatten(1)], dim=1))
+        h = split_layer_norm(self.norm, h)
+        if self.mlp is not None:
+            h = self.mlp.forward_split(h)
+        return linear(self.out, h).fields(D)  # (., r*D) -> (., r, D)
+
+    def slice_from(self, wide: FactorizationMachineBlock, in_pos: torch.Tensor, take: Take) -> Params:
+        """The first ``low_rank`` columns of ``Y`` on ``in_pos``, then the norm, MLP and output layer."""
+        k, dim = self.low_rank, self.dim
+        # Z = X (X^T Y) is (N, k) flattened row-major: widest unit of (field p, rank c) is p * K + c.
+        z_pos = (in_pos[:, None] * wide.low_rank + torch.arange(k)).reshape(-1)  # (N, 1) + (k,) -> (N*k,)
+        if self.mlp is None and wide.mlp is not None:
+            raise ValueError("supernet: a wukong layer without FMB MLP layers cannot share the widest one's weights")
+        params: Params = {"y": take(wide.y, in_pos, k), **slice_affine("norm.", wide.norm, z_pos, take)}
+        hidden: Index = z_pos
+        if self.mlp is not None:
+            params.update(prefixed("mlp.", self.mlp.slice_from(wide.mlp, z_pos, take)[0]))
+            hidden = self.mlp.out_shape[0]
+        params.update(slice_linear("out.", wide.out, self.out_fields * dim, hidden, take))
+        return params
+
 
 @register_block("wukong")
 class Wukong(Block):
@@ -126,10 +175,7 @@ class Wukong(Block):
 
     Shapes: ``(B, N, D) -> (B, fmb_fields + lcb_fields, D)``.
 
-    >>> import torch
-    >>> from rankitect.blocks import build_block
-    >>> params = {"fmb_fields": 2, "lcb_fields": 2, "low_rank": 3, "mlp_width": 8, "mlp_layers": 1}
-    >>> block = build_block("wukong", (4, 8), params, request_in=2)
+    >>> block = Wukong(4, 8, fmb_fields=2, lcb_fields=2, low_rank=3, mlp_width=8, mlp_layers=1, request_in=2)
     >>> block(torch.randn(5, 4, 8)).shape, block.request_out, block.flops()
     (torch.Size([5, 4, 8]), 2, 960)
     """
@@ -177,7 +223,7 @@ class Wukong(Block):
         self.dim = dim
         self.out_shape = (out_fields, dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, fmb_fields + lcb_fields, D)
         fmb, lcb = self.fmb(x), self.lcb(x)  # (B, fmb_fields, D), (B, lcb_fields, D)
         f, c = self.fmb_request, self.lcb_request
         # Request fields of both parts first: (B, fmb_fields + lcb_fields, D).
@@ -188,3 +234,28 @@ class Wukong(Block):
     def flops(self) -> int:
         res = self.residual.field_flops(self.dim) if self.residual is not None else 0
         return self.fmb.flops() + self.lcb.field_flops(self.dim) + res
+
+    def forward_split(self, x: Split) -> Split:
+        fmb, lcb = self.fmb.forward_split(x), field_linear(self.lcb, x)
+        out = cat([fmb, lcb])  # request fields of both parts first, as the block orders them
+        shortcut = x if self.residual is None else field_linear(self.residual, x)
+        return add(out, shortcut).map(self.norm)
+
+    def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
+        params = prefixed("fmb.", self.fmb.slice_from(widest.fmb, in_pos, take))
+        f, c = self.fmb.out_fields, self.lcb.out_features
+        out_pos = torch.cat([torch.arange(f), widest.fmb.out_fields + torch.arange(c)])  # FMB fields, then LCB
+        params.update(slice_linear("lcb.", widest.lcb, c, in_pos, take))
+        if self.residual is not None:
+            params.update(slice_linear("residual.", widest.residual, out_pos, in_pos, take))
+        params.update(slice_whole("norm.", widest.norm, take))
+        return params, out_pos
+
+    @classmethod
+    def widest(cls, in_shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[tuple[int, ...], dict]:
+        """A residual exists only when the input field count differs from the output's: a widest
+        layer whose counts agree gets one spare input field (never filled), so that narrower
+        layers, whose counts differ, find the residual's weights."""
+        if in_shape[0] == params["fmb_fields"] + params["lcb_fields"]:
+            in_shape = (in_shape[0] + 1, *in_shape[1:])
+        return in_shape, dict(params)

@@ -1,16 +1,17 @@
 """Generate the standalone ``model.py`` of an architecture: PyTorch only, one readable module.
 
-Design: the block code comes from hand-written standalone twins (:mod:`rankitect.export.standalone`)
-rather than from ``inspect.getsource`` of :mod:`rankitect.blocks`. The blocks carry registry
-decorators, a base class, validation helpers and imports beyond torch; rewriting those on the fly
-would tie every exported file to the blocks' internal layout, and a refactor there would break
-exports in ways no one sees until a user loads one. The twins keep only construction and forward
-math, with the blocks' parameter and buffer names, and ``tests/export`` proves each one equal to
-its block for every registered op, masked and unmasked, so drift fails the tests, not the users.
+Design: the block code is the blocks' own source (:mod:`rankitect.export.bundle` copies the
+modules of the block classes an architecture uses, a user's registered blocks included, with the
+builder's ``InputAdapter`` and ``Head`` and :mod:`rankitect.export.runtime`), so an exported model
+runs exactly the code that was trained, and there is no second copy to keep equal. Blocks import
+only torch and the standard library, which is what makes that possible; ``tests/export`` runs an
+exported file in a process where rankitect cannot be imported.
 
-Safety: the source is rendered from an :class:`~rankitect.export.plan.ExportPlan` only, whose
-values are exact ``int``/``bool`` scalars, strings from fixed sets and a ``float`` in (0, 1); they
-are written with ``repr``. Feature names never appear. The result is parsed again and its imports checked.
+Safety: the genotype reaches the source only through an :class:`~rankitect.export.plan.ExportPlan`,
+whose values are exact ``int``/``bool``/``str`` scalars (or lists of them), registered op names
+and a ``float`` in (0, 1), each accepted by the block's own constructor; they are written with
+``repr``, which makes them plain literals. Feature names never appear. The result is parsed again
+and its imports checked.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from __future__ import annotations
 import ast
 import math
 
+from rankitect.blocks.base import BLOCKS
 from rankitect.data.spec import FeatureSpec
+from rankitect.export import runtime
+from rankitect.export.bundle import ALLOWED_IMPORTS, bundle
 from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
-from rankitect.export.templates import HEADER, bundle
+from rankitect.space import builder
 from rankitect.space.architecture import Architecture
 
-ALLOWED_IMPORTS = ("json", "math", "typing", "torch")
+# Imports the generated classes below use, whatever the bundle needs.
+HEADER = ("import json", "import math", "import torch", "import torch.nn.functional as F", "from torch import nn")
 # ``open`` is allowed: the bundled serving code reads the weights and preprocess.json files.
 FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals", "breakpoint"})
 LOAD_SOURCE = '''def load(directory: str) -> ExportedModel:
@@ -44,7 +49,7 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     """The text of a standalone ``model.py`` for ``arch`` on data described by ``spec``.
 
     The file holds ``ExportedModel`` (``forward(dense (B, n_dense) float32, sparse_ids (B, n_sparse)
-    int64) -> logits (B,)``, both inputs in the spec's storage order), the standalone classes it
+    int64) -> logits (B,)``, both inputs in the spec's storage order), the source of the blocks it
     uses and ``load(directory)``. Raises ``ValueError`` for anything unchecked or unsupported.
 
     >>> from rankitect.space.architecture import BlockGene
@@ -55,18 +60,19 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     ['x0 = self.blocks[0](*self.adapters[0]([dense]))  # mlp -> (B, 8)']
     """
     plan = make_plan(arch, spec)
-    roots = ["flat", "cat_request", "InputAdapter", "Head", "RowScorer", "read_safetensors",
-             *(g.cls for g in plan.genes)]
+    roots: list[object] = [builder._flat, builder._cat, builder.InputAdapter, builder.Head, runtime.RowScorer,
+                           runtime.read_safetensors, *(BLOCKS[g.op] for g in plan.genes)]
     if plan.uses_sparse:
-        roots.append("SparseEmbedding")
-    body = "\n\n\n".join([bundle(sorted(set(roots))), _model_class(plan), LOAD_SOURCE])
-    source = f"{_module_docstring(plan)}\n{HEADER}\n\n{body}\n"
+        roots.append(runtime.SparseEmbedding)
+    body = "\n\n\n".join([bundle(roots, HEADER), _model_class(plan), LOAD_SOURCE])
+    source = f"{_module_docstring(plan)}\n{body}\n"
     audit_source(source)
     return source
 
 
 def audit_source(source: str) -> None:
-    """Raise ``ValueError`` unless ``source`` parses and imports only ``torch``, ``json``, ``math`` and ``typing``."""
+    """Raise ``ValueError`` unless ``source`` parses and imports only :data:`ALLOWED_IMPORTS` (torch and
+    a few standard library modules) and calls no dynamic-code builtin."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -186,11 +192,11 @@ def _forward_lines(plan: ExportPlan) -> list[str]:
         xs = ", ".join(_var(r) for r in g.inputs)
         call = f"self.blocks[{i}](*self.adapters[{i}]([{xs}]))"
         lines.append(f"        x{i} = {call}  # {g.op} -> {_shape_comment(g.out_shape)}")
-    feats = [f"flat({_var(r)})" for r in plan.head_inputs]
+    feats = [f"_flat({_var(r)})" for r in plan.head_inputs]
     head_in = feats[0] if len(feats) == 1 else f"torch.cat([{', '.join(feats)}], dim=1)"
     if plan.head_requests is not None and len(feats) > 1:
         # ROCS: the request units of every head input first.
-        head_in = f"cat_request([{', '.join(feats)}], {_ints(plan.head_requests)}, True)"
+        head_in = f"_cat([{', '.join(feats)}], {_ints(plan.head_requests)}, True)"
     lines.append(f"        return self.head({head_in})  # (B, {plan.head_in}) -> (B,)")
     return lines
 

@@ -3,69 +3,33 @@
 Nothing from a genotype or a feature spec reaches generated source except through
 :func:`make_plan`. It re-checks every value itself (it does not trust that an
 :class:`~rankitect.space.architecture.Architecture` was validated on construction): ops must be
-registered blocks with a standalone twin, each param must have the type its schema names (``int``
-is exactly ``int``, not ``bool`` nor a subclass with its own ``repr``), strings must come from a
-fixed set and are replaced by that set's own copy, input references are indices or the two
-raw input names, and ``rocs_share`` is ``None`` or exactly a ``float`` in (0, 1). Feature names never enter the plan: features are renamed by position.
-The shapes and request counts of every block come from the rankitect model itself, built on the
-``meta`` device from the checked values.
+registered blocks (ours or a user's), each param must have exactly the type of the block's typed
+constructor argument (:meth:`~rankitect.blocks.base.Block.param_schema`; ``int`` is exactly
+``int``, not ``bool`` nor a subclass with its own ``repr``, so ``repr`` writes a plain literal),
+input references are indices or the two raw input names, and ``rocs_share`` is ``None`` or exactly
+a ``float`` in (0, 1). Value ranges and string options are the block constructors' own checks,
+run when the model is built on the ``meta`` device from the checked values; the shapes and
+request counts of every block come from that model. Feature names never enter the plan:
+features are renamed by position.
 """
 
 from __future__ import annotations
 
+import collections.abc
+import math
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rankitect.blocks.base import BLOCKS, takes_share
 from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SparseFeature
-from rankitect.export.standalone.layers import ACTIVATIONS, NORMS
 from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene
 from rankitect.space.builder import RankingModel, build_model
 
-# Registered op -> its standalone twin (a class of rankitect.export.standalone).
-OP_CLASSES: dict[str, str] = {
-    "mlp": "MLP",
-    "efc": "EFC",
-    "dot": "Dot",
-    "fm": "FM",
-    "dcn": "DCN",
-    "attention": "Attention",
-    "wukong": "Wukong",
-    "dhen": "DHEN",
-    "gating": "Gating",
-    "sum": "Sum",
-}
-DHEN_MODULES = ("dot", "attention", "linear", "dcn", "fm")
-DHEN_COMBINES = ("concat", "sum")
 KINDS = ("field", "flat")
-
-# A param's kind: ("int", minimum), ("bool",), ("choice", options) or ("choices", options).
-Kind = tuple[Any, ...]
-POSITIVE: Kind = ("int", 1)
-PARAM_SCHEMA: dict[str, dict[str, Kind]] = {
-    "mlp": {
-        "width": POSITIVE,
-        "num_layers": POSITIVE,
-        "activation": ("choice", tuple(ACTIVATIONS)),
-        "norm": ("choice", NORMS),
-    },
-    "efc": {"out_fields": POSITIVE},
-    "dot": {},
-    "fm": {},
-    "dcn": {"num_layers": POSITIVE, "low_rank": ("int", 0)},
-    "attention": {"num_heads": POSITIVE, "ffn": ("bool",)},
-    "wukong": {
-        "fmb_fields": POSITIVE,
-        "lcb_fields": POSITIVE,
-        "low_rank": POSITIVE,
-        "mlp_width": POSITIVE,
-        "mlp_layers": ("int", 0),
-    },
-    "dhen": {"modules": ("choices", DHEN_MODULES), "out_fields": POSITIVE, "combine": ("choice", DHEN_COMBINES)},
-    "gating": {"width": POSITIVE},
-    "sum": {"width": POSITIVE},
-}
+SEQUENCES = (collections.abc.Sequence, list, tuple)
 
 Scalar = Any  # int | bool | str | tuple[str, ...], exact types only
 Shape = tuple[int, ...]
@@ -74,7 +38,7 @@ Ref = int | str
 
 @dataclass(frozen=True)
 class GenePlan:
-    """One checked gene: its twin class, constructor arguments, adapter arguments and output."""
+    """One checked gene: its block class, constructor arguments, adapter arguments and output."""
 
     op: str
     cls: str
@@ -142,26 +106,39 @@ def check_choice(where: str, value: Any, options: Sequence[str]) -> str:
     return options[list(options).index(value)]
 
 
-def check_param(where: str, value: Any, kind: Kind) -> Scalar:
-    if kind[0] == "int":
-        return check_int(where, value, kind[1])
-    if kind[0] == "bool":
-        return check_bool(where, value)
-    if kind[0] == "choice":
-        return check_choice(where, value, kind[1])
-    if type(value) not in (list, tuple):
-        raise ValueError(f"{where}: must be a list of names, got {value!r}")
-    names = tuple(check_choice(f"{where}[{i}]", v, kind[1]) for i, v in enumerate(value))
-    if len(set(names)) != len(names) or len(names) < 2:
-        raise ValueError(f"{where}: must be at least two distinct names, got {list(names)}")
-    return names
+def check_param(where: str, value: Any, hint: Any) -> Scalar:
+    """``value`` if its type is exactly what the constructor's annotation ``hint`` names (``int``,
+    ``bool``, ``float``, ``str``, a ``Literal``, an optional or a sequence of those); a list
+    becomes a tuple."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in (int, bool, str):
+        if type(value) is not hint:
+            raise ValueError(f"{where}: must be {'an' if hint is int else 'a'} {hint.__name__}, got {value!r}")
+        return value
+    if hint is float:
+        if type(value) is not float or not math.isfinite(value):
+            raise ValueError(f"{where}: must be a finite float, got {value!r}")
+        return value
+    if origin is typing.Literal:
+        if not any(type(value) is type(a) and value == a for a in args):
+            raise ValueError(f"{where}: must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return check_param(where, value, next(a for a in args if a is not type(None)))
+    if origin in SEQUENCES and (len(args) == 1 or (len(args) == 2 and args[1] is Ellipsis)):
+        if type(value) not in (list, tuple):
+            raise ValueError(f"{where}: must be a list, got {value!r}")
+        return tuple(check_param(f"{where}[{j}]", v, args[0]) for j, v in enumerate(value))
+    raise ValueError(f"{where}: a param annotated {hint!r} cannot be exported")
 
 
 def check_params(where: str, op: str, params: Any) -> tuple[tuple[str, Scalar], ...]:
-    """Every schema key of ``op`` present and checked; no other key."""
+    """Every gene param of ``op`` present and checked against its annotation; no other key."""
     if not isinstance(params, Mapping):
         raise ValueError(f"{where}: must be a mapping, got {params!r}")
-    schema = PARAM_SCHEMA[op]
+    schema = BLOCKS[op].param_schema()
     keys = list(params.keys())
     for key in keys:
         if type(key) is not str or key not in schema:
@@ -169,7 +146,7 @@ def check_params(where: str, op: str, params: Any) -> tuple[tuple[str, Scalar], 
     missing = sorted(set(schema) - set(keys))
     if missing:
         raise ValueError(f"{where}: missing params {missing} for op {op!r}")
-    return tuple((key, check_param(f"{where}[{key!r}]", params[key], kind)) for key, kind in sorted(schema.items()))
+    return tuple((key, check_param(f"{where}[{key!r}]", params[key], hint)) for key, hint in sorted(schema.items()))
 
 
 def check_ref(where: str, ref: Any, limit: int) -> Ref:
@@ -197,10 +174,7 @@ def clean_architecture(arch: Any) -> Architecture:
     for i, gene in enumerate(arch.blocks):
         if not isinstance(gene, BlockGene):
             raise ValueError(f"blocks[{i}]: must be a BlockGene, got {type(gene).__name__}")
-        op = gene.op
-        if type(op) is not str or op not in OP_CLASSES or op not in BLOCKS:
-            raise ValueError(f"blocks[{i}].op: must be one of {sorted(OP_CLASSES)}, got {op!r}")
-        op = check_choice(f"blocks[{i}].op", op, tuple(OP_CLASSES))
+        op = check_choice(f"blocks[{i}].op", gene.op, tuple(BLOCKS))
         params = check_params(f"blocks[{i}].params", op, gene.params)
         blocks.append({
             "op": op,
@@ -307,7 +281,7 @@ def _gene_plan(
     cls = BLOCKS[gene.op]
     return GenePlan(
         op=gene.op,
-        cls=OP_CLASSES[gene.op],
+        cls=_class_name(f"{where}.op", cls),
         inputs=gene.inputs,
         in_shape=_shape(f"{where}.in_shape", adapter.out_shape),
         params=check_params(f"{where}.params", gene.op, gene.params),
@@ -322,6 +296,14 @@ def _gene_plan(
     )
 
 
+def _class_name(where: str, cls: type) -> str:
+    """The name of a block class that the bundle defines at its top level."""
+    name = cls.__name__
+    if not name.isidentifier() or cls.__qualname__ != name:
+        raise ValueError(f"{where}: block class {cls.__qualname__!r} must be defined at the top level of its module")
+    return name
+
+
 def _shape(where: str, shape: Any) -> Shape:
     return tuple(check_int(f"{where}[{j}]", s, 1) for j, s in enumerate(shape))
 
@@ -332,4 +314,4 @@ def _hex(text: str) -> str:
     return text
 
 
-__all__ = ["OP_CLASSES", "PARAM_SCHEMA", "ExportPlan", "GenePlan", "make_plan"]
+__all__ = ["ExportPlan", "GenePlan", "check_param", "make_plan"]

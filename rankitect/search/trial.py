@@ -97,7 +97,7 @@ def _init_worker(data_path: str, threads: int) -> None:
     import torch
 
     if os.environ.get("RANKITECT_QUIET"):  # set by the command line without -v
-        from rankitect.cli_output import quiet_third_party
+        from rankitect.verbosity import quiet_third_party
 
         quiet_third_party()
 

@@ -4,6 +4,6 @@
 """
 
 from rankitect.serve.rocs import RocsCost, request_rows, rocs_cost, rocs_flops, score_requests, split_logits
-from rankitect.serve.split import Split
+from rankitect.blocks.split import Split
 
 __all__ = ["RocsCost", "Split", "request_rows", "rocs_cost", "rocs_flops", "score_requests", "split_logits"]

@@ -27,8 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from rankitect.blocks.base import FIELD
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
-from rankitect.serve.blocks import run_block, sequential
-from rankitect.serve.split import Split, cat, linear, plain_linear
+from rankitect.blocks.split import Split, cat, linear, plain_linear, sequential
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import InputAdapter, RankingModel, build_model
 
@@ -122,7 +121,7 @@ def split_logits(model: RankingModel, sources: dict[InputRef, Split]) -> torch.T
         return sources[ref] if isinstance(ref, str) else outs[int(ref)]
 
     for gene, adapter, block in zip(model.arch.blocks, model.adapters, model.blocks):
-        outs.append(run_block(block, *adapt(adapter, [source(r) for r in gene.inputs])))
+        outs.append(block.forward_split(*adapt(adapter, [source(r) for r in gene.inputs])))
     return _head(model, [source(r).flat() for r in model.arch.head.inputs])
 
 

@@ -1,6 +1,6 @@
 """Turn an :class:`~rankitect.space.architecture.Architecture` into a plain ``nn.Module``.
 
-Inputs: ``"sparse"`` is the :class:`~rankitect.blocks.embedding.SparseEmbedding` field tensor
+Inputs: ``"sparse"`` is the :class:`~rankitect.space.embedding.SparseEmbedding` field tensor
 ``(B, n_sparse, D)`` (field order); ``"dense"`` is ``batch.dense`` ``(B, n_dense)``. A gene's inputs
 are adapted to what its block takes (:class:`InputAdapter`):
 
@@ -30,7 +30,7 @@ from torch import nn
 
 from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear, request_share
-from rankitect.blocks.embedding import SparseEmbedding
+from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef

@@ -39,7 +39,7 @@ from torch import nn
 from torch.func import functional_call
 
 from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
-from rankitect.blocks.embedding import SparseEmbedding
+from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef

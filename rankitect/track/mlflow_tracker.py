@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,7 @@ import yaml
 
 from rankitect.config import flatten
 from rankitect.track.store import artifact_root, resolve_uri
-from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE
+from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE, save_weights
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -225,6 +225,14 @@ class Tracker:
             shutil.copyfile(spec_file, folder / SPEC_FILE)
             self.client.log_artifacts(run_id, str(folder), MODEL_DIR)
 
+    def log_model(self, run_id: str, state_dict: Mapping[str, Any], spec: Any) -> None:
+        """Attach a model's weights (a state dict) and its ``FeatureSpec`` to a run, as
+        :meth:`log_model_files` does with files."""
+        with tempfile.TemporaryDirectory() as tmp:
+            weights = save_weights(state_dict, Path(tmp) / WEIGHTS_FILE)
+            spec.save(Path(tmp) / SPEC_FILE)
+            self.log_model_files(run_id, weights, Path(tmp) / SPEC_FILE)
+
     def delete_model_files(self, run_id: str) -> None:
         """Remove what :meth:`log_model_files` attached to a run (a candidate no longer kept)."""
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
@@ -261,6 +269,30 @@ class Tracker:
         """The MLflow run ``run_id``; an unknown id is a ``UserError`` naming it and the store."""
         return self._get_run(run_id)
 
+    def logged_settings(self, run_id: str, section: str) -> tuple[dict[str, str], str]:
+        """The ``section.*`` params (``data``: the data settings) logged on ``run_id`` or, for a
+        candidate that has none, on the nearest run above it; keys without the ``section.``
+        prefix. Also returns the id of the run that holds them; ``({}, run_id)`` when no run does."""
+        prefix = f"{section}."
+        run = holder = self._get_run(run_id)
+        while not any(k.startswith(prefix) for k in holder.data.params) and holder.data.tags.get(PARENT):
+            holder = self._get_run(holder.data.tags[PARENT])
+        found = {k[len(prefix):]: v for k, v in holder.data.params.items() if k.startswith(prefix)}
+        return (found, holder.info.run_id) if found else ({}, run.info.run_id)
+
+    def fetch_search_artifact(self, run_id: str, kind: str, artifact_path: str, dst: str | Path) -> Path | None:
+        """Download ``artifact_path`` of the run tagged ``rankitect.kind=kind`` in the search of
+        ``run_id`` (the search itself or one of its runs) into ``dst``, e.g. the supernet that a
+        oneshot or dnas search kept. ``None`` when the search has no such run."""
+        run = self._get_run(run_id)
+        search_id = run_id if run.data.tags.get(KIND) == "search" else run.data.tags.get(PARENT)
+        if not search_id:
+            return None
+        found = self._find_runs(f"tags.`{PARENT}` = '{search_id}' and tags.`{KIND}` = '{kind}'")
+        if not found:
+            return None
+        return Path(self.client.download_artifacts(found[0].info.run_id, artifact_path, str(dst)))
+
     def _get_run(self, run_id: str) -> Any:
         from rankitect.errors import UserError
 
@@ -274,7 +306,7 @@ class Tracker:
 
         h = search_run.data.tags.get("best_genotype_hash")
         query = f"tags.`{PARENT}` = '{search_run.info.run_id}' and tags.genotype_hash = '{h}'"
-        found = [r for r in self._search(query)
+        found = [r for r in self._find_runs(query)
                  if r.data.tags.get(KIND) in ("candidate", "baseline") and r.info.status == "FINISHED"] if h else []
         if not found:
             raise UserError(f"search run {search_run.info.run_id} has no winner (not finished, or every trial failed)")
@@ -312,6 +344,15 @@ class Tracker:
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         """Log ``metrics`` (name -> value) on run ``run_id`` at step 0."""
         self._log(run_id, metrics=metrics)
+
+    def log_per_step(self, run_id: str, name: str, values: Sequence[float]) -> None:
+        """Log the metric ``name`` on run ``run_id`` once per step: ``values[i]`` at step ``i``."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        points = [Metric(name, float(v), now, i) for i, v in enumerate(values)]
+        for i in range(0, len(points), 1000):
+            self.client.log_batch(run_id, metrics=points[i:i + 1000])
 
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
@@ -361,7 +402,7 @@ class Tracker:
             raise UserError(f"{parent_id!r} is not an MLflow run id (letters and digits; a setting is key=value)")
         query = f"tags.`{PARENT}` = '{parent_id}'" if parent_id else f"tags.`{KIND}` != 'search'"
         rows = []
-        for run in self._search(query):
+        for run in self._find_runs(query):
             m, t = run.data.metrics, run.data.tags
             rows.append({
                 "run_id": run.info.run_id, "parent_id": t.get(PARENT), "kind": t.get(KIND),
@@ -380,12 +421,12 @@ class Tracker:
             "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
             "test/ne": r.data.metrics.get("test/ne", math.nan),
             "mflops": r.data.metrics.get("mflops", math.nan),
-        } for r in self._search(f"tags.`{KIND}` = 'search'")]
+        } for r in self._find_runs(f"tags.`{KIND}` = 'search'")]
         df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "status", "start_time",
                                          "test/ne", "mflops"])
         return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
 
-    def _search(self, query: str) -> list[Any]:
+    def _find_runs(self, query: str) -> list[Any]:
         runs, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], query, max_results=1000, page_token=token)
@@ -415,8 +456,7 @@ class Tracker:
     def delete_child_runs(self, parent_id: str, tag: str, value: str) -> int:
         """Delete the child runs of ``parent_id`` tagged ``tag=value`` (half-written by a killed
         process); returns how many."""
-        query = f"tags.`{tag}` = '{value}' and tags.`{PARENT}` = '{parent_id}'"
-        runs = self.client.search_runs([self.experiment_id], query)
+        runs = self._find_runs(f"tags.`{tag}` = '{value}' and tags.`{PARENT}` = '{parent_id}'")
         for run in runs:
             self.client.delete_run(run.info.run_id)
         return len(runs)

@@ -15,6 +15,10 @@ from rankitect.export import convert_state_dict, generate_source
 from rankitect.space.architecture import Architecture
 from rankitect.space.builder import RankingModel, build_model
 
+# Importing the user's block registers it; test_user_block.py does that itself and undoes it after,
+# so that registry-wide tests elsewhere see only rankitect's blocks (hence no doctest collection here).
+collect_ignore = ["toy_block.py"]
+
 _COUNTER = itertools.count()
 
 
@@ -43,17 +47,17 @@ def perturbed_model(arch: Architecture, spec: FeatureSpec, seed: int = 0) -> Ran
     return model.eval()
 
 
-def exported_twin(arch: Architecture, spec: FeatureSpec, model: RankingModel, directory: Path) -> torch.nn.Module:
+def exported_model(arch: Architecture, spec: FeatureSpec, model: RankingModel, directory: Path) -> torch.nn.Module:
     """The generated ``ExportedModel`` of ``arch`` holding ``model``'s weights (loaded strictly)."""
     module = import_source(generate_source(arch, spec), directory)
-    twin = module.ExportedModel()
-    twin.load_state_dict(convert_state_dict(model.state_dict(), spec))
-    return twin.eval()
+    exported = module.ExportedModel()
+    exported.load_state_dict(convert_state_dict(model.state_dict(), spec))
+    return exported.eval()
 
 
-def assert_same_logits(model: RankingModel, twin: torch.nn.Module, batch: Batch) -> None:
+def assert_same_logits(model: RankingModel, exported: torch.nn.Module, batch: Batch) -> None:
     with torch.no_grad():
         expected = model(batch)
-        got = twin(batch.dense, batch.sparse_ids())
+        got = exported(batch.dense, batch.sparse_ids())
     assert got.shape == expected.shape == (len(batch),)
     assert (got - expected).abs().max().item() <= 1e-6

@@ -15,7 +15,7 @@ from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.baselines import BASELINES
 from rankitect.space.testing import tiny_batch, tiny_spec
 from tests.export.archs import ALL_OPS, DENSE_ONLY, SMALL_ENGINEER, SMALL_NASREC, SPARSE_ONLY, every_mask, sampled
-from tests.export.conftest import assert_same_logits, exported_twin, perturbed_model
+from tests.export.conftest import assert_same_logits, exported_model, perturbed_model
 
 HAND_WRITTEN = [a for arch in (ALL_OPS, DENSE_ONLY, SPARSE_ONLY) for a in every_mask(arch)]
 
@@ -28,9 +28,9 @@ def test_hand_written_genotypes_use_every_op() -> None:
 def test_exported_model_equals_rankitect_model(arch: Architecture, tmp_path: Path) -> None:
     spec = tiny_spec()
     model = perturbed_model(arch, spec)
-    twin = exported_twin(arch, spec, model, tmp_path)
+    exported = exported_model(arch, spec, model, tmp_path)
     for batch_size in (1, 6):
-        assert_same_logits(model, twin, tiny_batch(spec, batch_size, seed=batch_size))
+        assert_same_logits(model, exported, tiny_batch(spec, batch_size, seed=batch_size))
 
 
 @pytest.mark.parametrize("name,options", [("nasrec", SMALL_NASREC), ("engineer", SMALL_ENGINEER)])
@@ -41,7 +41,7 @@ def test_sampled_architectures_of_both_presets(name: str, options: dict, tmp_pat
     for i, arch in enumerate(archs):
         for a in every_mask(arch):
             model = perturbed_model(a, spec, seed=i)
-            assert_same_logits(model, exported_twin(a, spec, model, tmp_path), batch)
+            assert_same_logits(model, exported_model(a, spec, model, tmp_path), batch)
 
 
 def test_baselines_export(tmp_path: Path) -> None:
@@ -50,7 +50,11 @@ def test_baselines_export(tmp_path: Path) -> None:
     for make in BASELINES.values():
         for arch in (make(spec, 4), dataclasses.replace(make(spec, 4), rocs=True, rocs_share=0.9)):
             model = perturbed_model(arch, spec)
-            assert_same_logits(model, exported_twin(arch, spec, model, tmp_path), batch)
+            assert_same_logits(model, exported_model(arch, spec, model, tmp_path), batch)
+
+
+# torch and a few standard library modules (the blocks' own imports); never os, subprocess and the like
+ALLOWED = {"__future__", "collections", "dataclasses", "functools", "inspect", "json", "math", "typing", "torch"}
 
 
 def imported_modules(source: str) -> set[str]:
@@ -64,9 +68,9 @@ def imported_modules(source: str) -> set[str]:
     return found
 
 
-def test_source_imports_only_torch_json_math_typing_and_reads_like_the_genotype() -> None:
+def test_source_imports_only_torch_and_a_few_standard_modules_and_reads_like_the_genotype() -> None:
     source = generate_source(ALL_OPS, tiny_spec())
-    assert {m.split(".")[0] for m in imported_modules(source)} <= {"torch", "json", "math", "typing"}
+    assert {m.split(".")[0] for m in imported_modules(source)} <= ALLOWED
     forward = source[source.index("    def forward(self, dense"):]
     gene_lines = [line for line in forward.splitlines() if "= self.blocks[" in line]
     assert len(gene_lines) == len(ALL_OPS.blocks)
@@ -75,7 +79,7 @@ def test_source_imports_only_torch_json_math_typing_and_reads_like_the_genotype(
     tree = ast.parse(source)
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     assert "ExportedModel" in classes and "Wukong" in classes
-    assert "Wukong" not in generate_source(DENSE_ONLY, tiny_spec())  # only the twins it uses
+    assert "Wukong" not in generate_source(DENSE_ONLY, tiny_spec())  # only the blocks it uses
 
 
 HOSTILE = 'x"); import os; os.system("touch pwned")#'
@@ -168,7 +172,7 @@ def test_feature_names_never_reach_the_source() -> None:
     source = generate_source(arch, spec)
     assert not any(name in source for name in crafted.values())
     assert "import os" not in source and "os.system" not in source
-    assert {m.split(".")[0] for m in imported_modules(source)} <= {"torch", "json", "math", "typing"}
+    assert {m.split(".")[0] for m in imported_modules(source)} <= ALLOWED
 
 
 def test_crafted_feature_side_or_vocab_is_refused() -> None:

@@ -18,8 +18,7 @@ from rankitect.blocks import build_block
 from rankitect.data.batch import Batch, make_batch
 from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
 from rankitect.serve import request_rows, rocs_cost, rocs_flops, score_requests
-from rankitect.serve.blocks import fallback, run_block
-from rankitect.serve.split import Split
+from rankitect.blocks.split import Split, fallback
 from rankitect.space import BASELINES, build_model, flops, get_baseline, get_space
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 
@@ -155,7 +154,7 @@ def test_fallback_gives_what_the_split_forward_gives() -> None:
     block = build_block("mlp", (6,), {"width": 5, "num_layers": 2}, request_in=2)
     index, first = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([0, 2])
     x = Split(torch.randn(2, 2), torch.randn(5, 4), index, first)
-    a, b = run_block(block, x), fallback(block, x)
+    a, b = block.forward_split(x), fallback(block, x)
     assert a.request_width == b.request_width == block.request_out
     assert torch.allclose(a.req, b.req, atol=1e-6) and torch.allclose(a.cand, b.cand, atol=1e-6)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rankitect.blocks.embedding import SparseEmbedding
+from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.spec import FeatureSpec, SparseFeature
 from rankitect.space.testing import tiny_batch
 

@@ -1,4 +1,4 @@
-"""What the command line prints besides its results: third-party chatter off unless ``-v``.
+"""What the command line (and its worker processes) print besides results: quiet unless ``-v``.
 
 MLflow logs INFO lines on every store it opens (and alembic on every migration), Lightning and
 torch warn about things a search user cannot change (torch.fx's ``is_fx_tracing`` on every torchrec

@@ -1,8 +1,9 @@
-"""Standalone serving: read the safetensors weights, turn raw rows into model inputs, score them.
+"""What an exported ``model.py`` needs beside the blocks: embedding tables, weights reading, raw rows.
 
-Copied verbatim into every exported ``model.py`` (so it imports only ``json``, ``math`` and
-``torch``). :func:`read_safetensors` reads the format's header and tensors without the
-safetensors package; :class:`RowScorer` applies ``preprocess.json`` (see
+Bundled verbatim into every exported ``model.py`` (:mod:`rankitect.export.bundle`), so it imports
+only ``json``, ``math`` and ``torch``. :class:`SparseEmbedding` looks ids up in one plain
+``nn.Embedding`` per feature (the exported model needs no torchrec); :func:`read_safetensors`
+reads the format's header and tensors without the safetensors package; :class:`RowScorer` applies ``preprocess.json`` (see
 :mod:`rankitect.export.preprocess`): SipHash-2-4 of a categorical value with the column's key,
 followed by pandas' 64-bit mix (what ``pandas.util.hash_array`` returns), then a bucket or a
 vocabulary id; an unseen value gets the OOV id.
@@ -12,11 +13,34 @@ import json
 import math
 
 import torch
+from torch import nn
 
 MASK64 = (1 << 64) - 1
 SAFETENSORS_DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16,
                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+class SparseEmbedding(nn.Module):
+    """One ``nn.Embedding`` per sparse feature, in field order: ids ``(B, n_sparse)`` -> ``(B, n_sparse, D)``.
+
+    ``order[k]`` is the storage column of field ``k`` (request-side features first). Each row
+    has one id per feature, so a table lookup equals rankitect's sum-pooled embedding bag.
+
+    >>> emb = SparseEmbedding([3, 5], 2, order=[1, 0])  # field 0 is storage column 1
+    >>> ids = torch.tensor([[4, 2]])  # storage order: feature 0 has id 4, feature 1 has id 2
+    >>> torch.equal(emb(ids)[0, 0], emb.tables[0].weight[2]), tuple(emb(ids).shape)
+    (True, (1, 2, 2))
+    """
+
+    def __init__(self, vocab_sizes: list[int], dim: int, order: list[int]) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(v, dim) for v in vocab_sizes)
+        self.register_buffer("order", torch.tensor(order, dtype=torch.long), persistent=False)
+
+    def forward(self, sparse_ids: torch.Tensor) -> torch.Tensor:
+        ids = sparse_ids.index_select(1, self.order)  # (B, n_sparse): storage order -> field order
+        return torch.stack([t(ids[:, k]) for k, t in enumerate(self.tables)], dim=1)  # n x (B, D) -> (B, n, D)
 
 
 def read_safetensors(path: str) -> dict:

@@ -6,6 +6,10 @@ and the rest once per candidate, ``cand`` ``(B, C[, D])``; ``index`` ``(B,)`` na
 request row. A masked linear map then costs, per candidate, only its candidate x candidate block:
 ``out_c[b] = W_cc x_c[b] + (W_cu x_u + bias)[index[b]]`` (ROCS in-kernel broadcast), and the
 request rows ``out_u = W_uu x_u + bias`` are computed once per request.
+
+Every block computes itself on splits in :meth:`~rankitect.blocks.base.Block.forward_split` with
+these maps; a block without its own runs through :func:`fallback`. Imports only torch, so the
+exporter can bundle it with the blocks.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from rankitect.blocks.common import FieldLinear, MaskedLinear, SplitLayerNorm, layer_norm_part
 
@@ -140,14 +145,36 @@ def split_layer_norm(norm: SplitLayerNorm, x: Split) -> Split:
     )
 
 
+def sequential(layers: nn.Sequential, x: Split) -> Split:
+    """Masked linears, split LayerNorms and per-unit activations, in order, on a flat split."""
+    for layer in layers:
+        if isinstance(layer, MaskedLinear):
+            x = linear(layer, x)
+        elif isinstance(layer, SplitLayerNorm):
+            x = split_layer_norm(layer, x)
+        elif isinstance(layer, (nn.ReLU, nn.GELU, nn.SiLU, nn.Identity)):
+            x = x.map(layer)
+        else:
+            raise TypeError(f"no split form for layer {type(layer).__name__}")
+    return x
+
+
+def fallback(block: nn.Module, *xs: Split) -> Split:
+    """Run ``block`` per candidate on the broadcast inputs, then cut its output (no FLOPs saved)."""
+    out = block(*[x.full() for x in xs])
+    return cut(out, block.request_out, xs[0].index, xs[0].first)
+
+
 __all__ = [
     "Split",
     "add",
     "cat",
     "cut",
+    "fallback",
     "field_linear",
     "linear",
     "plain_linear",
+    "sequential",
     "split_layer_norm",
     "split_matmul",
 ]

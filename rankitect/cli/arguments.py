@@ -1,0 +1,82 @@
+"""How a command reads its line: ``-c FILE`` and ``key=value`` overrides, flags as overrides, and
+the genotype a ``--arch`` names.
+
+Shared by every command module of :mod:`rankitect.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rankitect.config import Config
+from rankitect.errors import UserError
+
+# A config override: a dotted key (``data.rows``), then ``=``. Told apart from positional arguments
+# (run ids, files) before argparse sees the line, so an override may stand anywhere.
+OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+=")
+VERBOSE = ("-v", "--verbose")
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", help="YAML config file (see configs/)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.steps=200")
+
+
+def flag_overrides(args: argparse.Namespace, mapping: dict[str, str]) -> list[str]:
+    """Turn the flags that were given into ``key=value`` overrides (flags win over the file)."""
+    out = []
+    for attr, key in mapping.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out.append(f"{key}={json.dumps(value) if isinstance(value, str) else value}")
+    return out
+
+
+def explicit_keys(path: str | None, overrides: list[str]) -> set[str]:
+    """The dotted config keys a user set (in ``-c FILE`` or as overrides), not left at their default."""
+    from rankitect.config import _read_yaml, flatten
+
+    keys = {o.partition("=")[0].strip() for o in overrides}
+    return keys | (set(flatten(_read_yaml(path))) if path else set())
+
+
+def set_threads(cfg: Config) -> None:
+    """Apply ``runtime.threads`` (0: torch's default) to this process."""
+    if cfg.runtime.threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.runtime.threads)
+
+
+def is_genotype_ref(target: str) -> bool:
+    """Whether ``target`` names a genotype (``baseline:NAME`` or a JSON file) rather than a run id."""
+    return target.startswith("baseline:") or target.endswith(".json") or Path(target).is_file()
+
+
+def load_arch(ref: str, spec: Any) -> Any:
+    """The ``Architecture`` that ``--arch ref`` names: ``baseline:NAME`` or a genotype JSON file,
+    checked against ``spec`` by building it without weights."""
+    from rankitect.space.architecture import Architecture
+
+    if ref.startswith("baseline:"):
+        from rankitect.space.baselines import BASELINES, get_baseline
+
+        name = ref.split(":", 1)[1]
+        if name not in BASELINES:
+            raise UserError(f"--arch {ref}: unknown baseline {name!r}; known: {sorted(BASELINES)}")
+        return get_baseline(name, spec)
+    path = Path(ref)
+    if not path.is_file():
+        raise UserError(f"--arch {ref}: no such file (give a genotype JSON or baseline:NAME)")
+    from rankitect.space.flops import cost
+
+    try:
+        arch = Architecture.from_json(path.read_text())
+        cost(arch, spec)  # builds it without weights: an unknown op, activation or size is refused here
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{path}: not a valid genotype: {e}") from None
+    return arch
