@@ -1,8 +1,9 @@
 """The strategy protocol, the result of one trial, and the one registry of strategies.
 
-A strategy proposes architectures and learns from their results; it never trains anything.
-The runner's loop is ``arch = strategy.ask()``, train and score ``arch``, then
-``strategy.tell(arch, result)`` with a :class:`TrialResult`:
+A strategy proposes architectures and learns from their results; it never trains a candidate
+(``oneshot`` and ``dnas`` train a supernet in :meth:`Strategy.start`, before their first proposal).
+Every strategy is a :class:`Proposer`, and the runner's one loop is ``arch = strategy.ask()``,
+train and score ``arch``, then ``strategy.tell(arch, result)`` with a :class:`TrialResult`:
 
 >>> from rankitect.search import build_strategy
 >>> from rankitect.space import get_space

@@ -64,8 +64,10 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if cfg.strategy == "evolution":
         options.update(population=cfg.evolution.population, sample_size=cfg.evolution.sample_size)
-    if cfg.strategy in ("oneshot", "dnas"):  # a section of their own: search.oneshot, search.dnas
-        options.update(config=getattr(cfg, cfg.strategy), rocs=cfg.rocs)
+    if "config" in accepted:  # a section of its own, named like it: search.oneshot, search.dnas
+        options["config"] = getattr(cfg, cfg.strategy)
+    if "rocs" in accepted:
+        options["rocs"] = cfg.rocs
     if cfg.storage is not None and "shared" in accepted:
         from rankitect.search.shared import SharedStudy
 

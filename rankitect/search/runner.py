@@ -23,7 +23,7 @@ import pandas as pd
 
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
-from rankitect.search.base import SearchContext, SpaceExhausted, TrialResult, arch_hash
+from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
                                          save_state)
@@ -88,7 +88,7 @@ class SearchRunner:
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
-        self.strategy = strategy_from_config(cfg.search, self.space)  # the proposer of every candidate
+        self.strategy: Proposer = strategy_from_config(cfg.search, self.space)  # proposes every candidate
         # processes sharing search.storage coordinate through it (rankitect.search.shared)
         self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if cfg.search.storage else None
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
