@@ -48,7 +48,7 @@ from rankitect.data import open_data
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.dnas import dnas_search
 from rankitect.search.oneshot import best_scored, make_scorer, train_supernet
-from rankitect.search.supernet_train import build_supernet
+from rankitect.supernet.train import build_supernet
 from rankitect.search.trial import run_trial
 from rankitect.space import get_space
 from rankitect.space.baselines import BASELINES, get_baseline

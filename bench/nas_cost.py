@@ -56,12 +56,12 @@ def child(strategy: str, data_dir: str, threads: int) -> dict[str, Any]:
     import torch
 
     from rankitect.config import load_config
-    from rankitect.search.runner import runner_class
+    from rankitect.search.runner import SearchRunner
 
     torch.set_num_threads(threads)
     cfg = load_config(overrides=[f"data.source={data_dir}", f"search.strategy={strategy}", "train.progress=false",
                                  f"runtime.threads={threads}"])
-    runner = runner_class(strategy)(cfg, echo=lambda line: print("   ", line, flush=True))
+    runner = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True))
     phases: dict[str, float] = {}
 
     def timed(name: str, fn: Any) -> Any:
@@ -74,14 +74,14 @@ def child(strategy: str, data_dir: str, threads: int) -> dict[str, Any]:
         return run
 
     runner._run_baselines = timed("baselines", runner._run_baselines)
-    runner._search_supernet = timed("supernet", runner._search_supernet)
-    runner._retrain_plan = timed("retrain", runner._retrain_plan)
+    runner.strategy.search = timed("supernet", runner.strategy.search)
+    runner._run_candidates = timed("retrain", runner._run_candidates)
     outcome = runner.run()
     cands = outcome.table[outcome.table["kind"] == "candidate"]
     found = cands.iloc[0]
     trained = [t for t in runner.state.candidates() if t.name == found["hash"]][0]
     one = trained.result["train_seconds"]
-    from rankitect.space.supernet_memory import estimate_supernet_memory
+    from rankitect.supernet.memory import estimate_supernet_memory
 
     memory = estimate_supernet_memory(runner.space, runner.data.spec)
     return {"strategy": strategy, "phases": phases, "one_training_s": one, "found": found["hash"],

@@ -49,12 +49,12 @@ def child(overrides: list[str], out: str) -> None:
     import torch
 
     from rankitect.config import load_config
-    from rankitect.search.runner import runner_class
+    from rankitect.search.runner import SearchRunner
 
     torch.set_num_threads(1)
     cfg = load_config(overrides=overrides)
     start = time.perf_counter()
-    outcome = runner_class(cfg.search.strategy)(cfg, echo=lambda line: print("   ", line, flush=True)).run()
+    outcome = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True)).run()
     Path(out).write_text(json.dumps({"table": outcome.table.to_dict(orient="records"),
                                      "minutes": (time.perf_counter() - start) / 60}))
 

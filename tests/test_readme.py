@@ -14,7 +14,7 @@ cfg = load_config(overrides=["search.space=two_layer", "search.strategy=random",
                              "search.baselines=[]", "search.pruning=none", "data.rows=8000",
                              "train.batch_size=128", "train.max_epochs=2", "train.warmup_steps=50",
                              "runtime.threads=1"])
-own = runner_class("random")(cfg).run()
+own = SearchRunner(cfg).run()
 assert set(own.table["status"]) == {"ok"}, own.table
 assert all(a.blocks[0].op == "scaled_linear" for a in [own.best])
 assert outcome.best is not None and outcome.table["winner"].sum() == 1

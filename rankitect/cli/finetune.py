@@ -92,7 +92,7 @@ def finetune_run(
 
 def _supernet_weights(tracker: Any, run_id: str, arch: Any, dst: Path) -> dict[str, Any]:
     """``arch``'s weights cut from the supernet its search trained (a one-shot or DNAS search)."""
-    from rankitect.search.supernet_train import SUPERNET_DIR, load_supernet
+    from rankitect.supernet.train import SUPERNET_DIR, load_supernet
 
     folder = tracker.fetch_search_artifact(run_id, "supernet", SUPERNET_DIR, dst)
     if folder is None:

@@ -39,7 +39,7 @@ def add_commands(sub: Any) -> None:
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.search.progress import SearchProgress
-    from rankitect.search.runner import SearchRunner, runner_class
+    from rankitect.search.runner import SearchRunner
 
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
         print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "
@@ -48,7 +48,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         runner = SearchRunner.resume(args.resume, cfg, flag_overrides(args, args.flags) + list(args.overrides))
     else:
         set_threads(cfg)
-        runner = runner_class(cfg.search.strategy)(cfg)
+        runner = SearchRunner(cfg)
     set_threads(runner.cfg)  # a resumed search: its saved runtime.threads, unless overridden
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}",

@@ -1,15 +1,18 @@
 """rankitect.search: strategies that propose architectures, and the objective that ranks them.
 
 ``build_strategy(name, space, seed=..., objective=..., **options)`` with ``name`` one of
-:data:`STRATEGIES`: ``random``, ``evolution``, ``tpe``, ``nsga2``. Optuna is imported only when a
-strategy that needs it is built. The weight-sharing strategies ``oneshot`` and ``dnas`` are not
-ask/tell strategies but runners of their own around a supernet
-(:func:`rankitect.search.runner.runner_class`).
+:data:`STRATEGIES`, the one registry: ``random``, ``evolution``, ``tpe``, ``nsga2``, and the
+weight-sharing ``oneshot`` and ``dnas``, which train a supernet when the runner starts them
+(:meth:`~rankitect.search.base.Strategy.start`) and then propose what it chose. Every one is a
+:class:`~rankitect.search.base.Proposer` run by the one loop of :class:`~rankitect.search.runner.SearchRunner`.
+Optuna is imported only when a strategy that needs it is built.
 """
 
-from rankitect.search import evolution, optuna_search, random_search  # noqa: F401  (registers them)
+from rankitect.search import dnas, evolution, oneshot, optuna_search, random_search  # noqa: F401  (registers them)
 from rankitect.search.base import (
     STRATEGIES,
+    Proposer,
+    SearchContext,
     SpaceExhausted,
     Strategy,
     TrialResult,
@@ -22,6 +25,8 @@ from rankitect.search.objective import Objective
 __all__ = [
     "STRATEGIES",
     "Objective",
+    "Proposer",
+    "SearchContext",
     "SpaceExhausted",
     "Strategy",
     "TrialResult",

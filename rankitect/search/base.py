@@ -1,8 +1,9 @@
 """The strategy protocol, the result of one trial, and the one registry of strategies.
 
-A strategy proposes architectures and learns from their results; it never trains anything.
-The runner's loop is ``arch = strategy.ask()``, train and score ``arch``, then
-``strategy.tell(arch, result)`` with a :class:`TrialResult`:
+A strategy proposes architectures and learns from their results; it never trains a candidate
+(``oneshot`` and ``dnas`` train a supernet in :meth:`Strategy.start`, before their first proposal).
+Every strategy is a :class:`Proposer`, and the runner's one loop is ``arch = strategy.ask()``,
+train and score ``arch``, then ``strategy.tell(arch, result)`` with a :class:`TrialResult`:
 
 >>> from rankitect.search import build_strategy
 >>> from rankitect.space import get_space
@@ -27,7 +28,8 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -35,6 +37,7 @@ import numpy as np
 from rankitect.search.objective import Objective
 
 if TYPE_CHECKING:
+    from rankitect.cost import Cost
     from rankitect.space import Architecture
 
 STATUSES = ("ok", "failed", "pruned")
@@ -79,8 +82,10 @@ class TrialResult:
         val_ne: NE on the validation split (of the best validation); what strategies rank by.
             Required when ok; a pruned trial's is the best before it was stopped.
         test_ne, test_auc, test_logloss: held-out metrics, reported only.
-        mflops: forward MFLOPs per example. Required when ok.
+        mflops: forward MFLOPs per example as served (``cost.served_mflops``). Required when ok.
         params: number of model parameters.
+        cost: the candidate's :class:`~rankitect.cost.Cost` (plain and ROCS FLOPs, parameters),
+            measured once before training; ``None`` when it was never built.
         train_seconds: wall time of training.
         error: why a failed trial failed.
     """
@@ -95,6 +100,7 @@ class TrialResult:
     train_seconds: float | None = None
     error: str | None = None
     steps: int | None = None  # training steps taken
+    cost: Cost | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -112,10 +118,10 @@ class TrialResult:
     @classmethod
     def failure(
         cls, error: str, *, mflops: float | None = None, params: int | None = None,
-        train_seconds: float | None = None,
+        train_seconds: float | None = None, cost: Cost | None = None,
     ) -> TrialResult:
         """A failed trial with its error message (and whatever was known before it failed)."""
-        return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds)
+        return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds, cost=cost)
 
     @property
     def pruned(self) -> bool:
@@ -124,23 +130,23 @@ class TrialResult:
     @classmethod
     def pruning(
         cls, error: str, *, val_ne: float | None, mflops: float | None, params: int | None,
-        train_seconds: float | None, steps: int | None,
+        train_seconds: float | None, steps: int | None, cost: Cost | None = None,
     ) -> TrialResult:
         """A pruned trial: why, its best validation NE so far and what it cost."""
         val_ne = val_ne if val_ne is not None and math.isfinite(val_ne) else None
         return cls(status="pruned", error=error, val_ne=val_ne, mflops=mflops, params=params,
-                   train_seconds=train_seconds, steps=steps)
+                   train_seconds=train_seconds, steps=steps, cost=cost)
 
     @classmethod
     def from_metrics(
         cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
-        train_seconds: float | None = None, steps: int | None = None,
+        train_seconds: float | None = None, steps: int | None = None, cost: Cost | None = None,
     ) -> TrialResult:
         """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
         return cls(
             val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
             test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
-            train_seconds=train_seconds, steps=steps,
+            train_seconds=train_seconds, steps=steps, cost=cost,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,7 +158,71 @@ class TrialResult:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown TrialResult keys {unknown}; known: {sorted(known)}")
+        if isinstance(d.get("cost"), dict):
+            from rankitect.cost import Cost
+
+            d = {**d, "cost": Cost(**d["cost"])}
         return cls(**d)
+
+
+@dataclass
+class SearchContext:
+    """What the runner hands every proposer once, before the first ask (:meth:`Strategy.start`).
+
+    A sampling strategy needs none of it; a proposer with a phase of its own (a supernet to train:
+    ``oneshot``, ``dnas``) trains on ``data`` and logs under the search's parent run.
+
+    Args:
+        data: the search's data set (``split("train")``, ``split("val")``, ``spec``).
+        train_cfg: the candidates' training settings.
+        seed: the search's seed.
+        memory_budget: ``runtime.memory_budget`` (GB) a supernet must fit in.
+        flops_range: ``search.flops_range`` (what the space was sized to).
+        tracker: the search's :class:`~rankitect.track.Tracker`.
+        parent_run_id: the search's parent run.
+        finished: genotype hashes of the candidates the search has recorded (on resume: already done).
+        echo: one line of progress.
+        progress: whether to draw progress bars.
+    """
+
+    data: Any
+    train_cfg: Any
+    seed: int
+    memory_budget: float | None
+    flops_range: Any
+    tracker: Any
+    parent_run_id: str
+    finished: set[str] = field(default_factory=set)
+    echo: Callable[[str], None] = print
+    progress: bool = False
+
+
+class Proposer(Protocol):
+    """What the runner's loop needs of a strategy: propose, learn, and be checkpointed.
+
+    :class:`Strategy` implements it; so does every registered strategy, ``oneshot`` and ``dnas``
+    included (they train their supernet in :meth:`start`, then propose what it chose).
+    """
+
+    name: str
+    objective: Objective
+    prunable: bool
+
+    def start(self, context: SearchContext) -> None: ...
+
+    def budget(self, trials: int) -> int: ...
+
+    def ask(self) -> Architecture: ...
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None: ...
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool: ...
+
+    def planned(self) -> list[Architecture]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class Strategy(ABC):
@@ -165,12 +235,25 @@ class Strategy(ABC):
     """
 
     name: ClassVar[str]
+    prunable: ClassVar[bool] = True  # its candidates may be stopped early by successive halving
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None) -> None:
         self.space = space
         self.seed = seed
         self.objective = objective if objective is not None else Objective()
         self.rng = np.random.default_rng(seed)
+
+    def start(self, context: SearchContext) -> None:
+        """Called by the runner once before the first ask (after the baselines); nothing by default."""
+
+    def budget(self, trials: int) -> int:
+        """How many candidates to train, given ``search.trials``: that many by default."""
+        return trials
+
+    def planned(self) -> list[Architecture]:
+        """Architectures chosen before they are proposed (by a supernet phase), checkpointed by the
+        runner and retrained from scratch; none by default."""
+        return []
 
     @abstractmethod
     def ask(self) -> Architecture:
@@ -239,6 +322,8 @@ def build_strategy(
 
 __all__ = [
     "STRATEGIES",
+    "Proposer",
+    "SearchContext",
     "Space",
     "SpaceExhausted",
     "Strategy",

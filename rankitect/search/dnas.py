@@ -1,6 +1,6 @@
 """The ``dnas`` strategy: differentiable search over every choice of a preset space.
 
-Architecture weights (:class:`~rankitect.search.dnas_weights.ArchitectureWeights`, one logit per
+Architecture weights (:class:`~rankitect.supernet.dnas_weights.ArchitectureWeights`, one logit per
 option of every label: ops, widths, inputs ...) and the supernet's weights are trained with two
 explicit optimizers, each step on one path drawn from the current distribution (hard Gumbel-softmax
 samples, temperature annealed from ``tau_start`` to ``tau_end``; no dense work for unsampled
@@ -37,16 +37,15 @@ from tqdm import tqdm
 from rankitect.config import DnasConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
-from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
+from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
+from rankitect.search.base import SearchContext, Space, TrialResult, register_strategy
 from rankitect.search.objective import Objective
-from rankitect.search.runner import SearchRunner
-from rankitect.search.supernet_train import (
+from rankitect.search.plan import PlanProposer
+from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
-    start_child_run,
 )
-from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
-from rankitect.space.supernet import Supernet
+from rankitect.supernet.model import Supernet
 
 
 def check_dnas_config(cfg: DnasConfig) -> None:
@@ -252,62 +251,60 @@ class Stability:
         return self.patience > 0 and self.held >= self.patience
 
 
-class DnasSearch(SearchRunner):
-    """``rankitect search --strategy dnas``: the runner's baselines, tracking and Pareto table around
-    :func:`dnas_search`; the derived architectures are the search's candidates (``run_trial``)."""
+@register_strategy("dnas")
+class DnasSearch(PlanProposer):
+    """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
+    most probable architectures proposed to be retrained from scratch.
 
-    def _make_strategy(self) -> None:
-        check_dnas_config(self.cfg.search.dnas)
-        if self.cfg.search.rocs:
+    Args:
+        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        config: the ``search.dnas`` settings.
+        rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
+    """
+
+    def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
+                 config: DnasConfig | None = None, rocs: bool = False) -> None:
+        self.config = config if config is not None else DnasConfig()
+        check_dnas_config(self.config)
+        if rocs:
             raise ConfigError("config key 'search.rocs': the dnas supernet holds no ROCS-masked blocks yet; "
                               "search ROCS architectures with random, evolution, tpe or nsga2")
-        return None
+        super().__init__(space, seed=seed, objective=objective)
+        self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
 
-    def candidate_budget(self) -> int:
-        return self.cfg.search.dnas.top_k
+    def budget(self, trials: int) -> int:
+        return self.config.top_k
 
-    def _best_baseline_path(self) -> dict[str, Any] | None:
-        """The path of the trained baseline with the best objective among those the space holds."""
-        from rankitect.search.base import TrialResult
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        """Keep a trained baseline the space holds: the search starts around the best one."""
+        path = self.space.encode(arch)
+        if path is None or not result.ok:
+            return False
+        self._starts.append((self.objective(result), path))
+        return True
 
-        ranked = sorted(((self.objective(TrialResult.from_dict(t.result)), t.name, t.arch)
-                         for t in self._all_trials() if t.kind == "baseline" and t.result.get("status") == "ok"),
-                        key=lambda row: row[0])
-        for _, name, arch in ranked:
-            path = self.space.encode(Architecture.from_dict(arch))
-            if path is not None:
-                self.echo(f"dnas: starts around the baseline {name}")
-                return path
-        return None
-
-    def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
-        if not self.state.plan:
-            self._set_plan(self._search_supernet())
-        self._retrain_plan(runner, "dnas")
-
-    def _search_supernet(self) -> list[Architecture]:
+    def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
-        cfg = self.cfg.search.dnas
-        memory = check_supernet_memory(self.space, self.data.spec, self.cfg.runtime.memory_budget,
-                                       self.cfg.search.flops_range)
-        self.echo(f"dnas: supernet estimated at {memory.describe()}")
-        supernet = build_supernet(self.space, self.data.spec, self.cfg.search.seed)
-        run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
-        curves = CurveLogger(self.tracker.client, run_id)
-        steps, warmup = dnas_schedule(cfg, len(self.data.split("train")), self.train_cfg.batch_size)
-        self.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
-                  f"at most {steps} steps (architecture steps from step {warmup})")
-        weights = dnas_search(supernet, self.data, self.train_cfg, cfg, self.objective, seed=self.cfg.search.seed,
-                              curves=curves, progress=self.cfg.train.progress, echo=self.echo,
-                              start=self._best_baseline_path())
+        cfg, data, tracker = self.config, context.data, context.tracker
+        memory = check_supernet_memory(self.space, data.spec, context.memory_budget, context.flops_range)
+        context.echo(f"dnas: supernet estimated at {memory.describe()}")
+        supernet = build_supernet(self.space, data.spec, context.seed)
+        run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
+        curves = CurveLogger(tracker, run_id)
+        steps, warmup = dnas_schedule(cfg, len(data.split("train")), context.train_cfg.batch_size)
+        context.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
+                     f"at most {steps} steps (architecture steps from step {warmup})")
+        start = min(self._starts, key=lambda vp: vp[0])[1] if self._starts else None
+        weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
+                              curves=curves, progress=context.progress, echo=context.echo, start=start)
         curves.flush()
-        save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
-        self.tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
-        self.tracker.client.set_terminated(run_id, "FINISHED")
+        save_supernet(tracker, run_id, supernet, self.space, data.spec)
+        tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
+        tracker.end_run(run_id, "FINISHED")
         archs = []
         for path in weights.most_probable(cfg.top_k):
             archs.append(self.space.decode(path))
-            self.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
+            context.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
         return archs
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
 from rankitect.search.history import Record, make_history, observe
 from rankitect.search.objective import Objective
+from rankitect.search.shared import SharedStudy
 from rankitect.search.random_search import sample_new
 
 if TYPE_CHECKING:
@@ -37,14 +38,14 @@ class RegularizedEvolution(Strategy):
         sample_size: tournament size ``S`` (at most ``P``).
         num_mutations: choices changed per mutation.
         max_retries: rejected children (or random samples) per ask before giving up.
-        storage, study_name: share history and population through an Optuna RDB study (see
-            :mod:`rankitect.search.history`).
+        shared: share history and population with other processes through this study (see
+            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared`).
     """
 
     def __init__(
         self, space: Space, *, seed: int, objective: Objective | None = None, population: int = 8,
         sample_size: int = 4, num_mutations: int = 1, max_retries: int = 100,
-        storage: str | None = None, study_name: str | None = None,
+        shared: SharedStudy | None = None,
     ) -> None:
         super().__init__(space, seed=seed, objective=objective)
         if population < 1:
@@ -55,7 +56,7 @@ class RegularizedEvolution(Strategy):
             raise ValueError(f"num_mutations and max_retries must be >= 1, got {num_mutations}, {max_retries}")
         self.population, self.sample_size = population, sample_size
         self.num_mutations, self.max_retries = num_mutations, max_retries
-        self.history = make_history(space, storage, study_name)
+        self.history = make_history(space, shared)
 
     def ask(self) -> Architecture:
         for _ in range(self.max_retries):  # start() refuses a genotype another process just took

@@ -18,7 +18,7 @@ from typing import Any
 
 from rankitect.config import SearchConfig
 from rankitect.errors import ConfigError
-from rankitect.search.base import STRATEGIES, Space, Strategy, TrialResult, build_strategy
+from rankitect.search.base import STRATEGIES, Space, Strategy, TrialResult, build_strategy, strategy_options
 from rankitect.search.objective import Objective
 
 
@@ -43,15 +43,11 @@ def auto_target(baselines: Iterable[tuple[str, TrialResult]]) -> tuple[str, floa
     return name, float(best.mflops)
 
 
-# Strategies with a loop of their own around a supernet (see ``runner.runner_class``).
-SUPERNET_STRATEGIES = ("dnas", "oneshot")
-
-
 def check_names(cfg: SearchConfig) -> None:
     """Refuse an unknown strategy or space by name, listing every registered one (before any work)."""
     from rankitect.space import SPACES
 
-    known = sorted([*STRATEGIES, *SUPERNET_STRATEGIES])
+    known = sorted(STRATEGIES)
     if cfg.strategy not in known:
         raise ConfigError(f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {known}")
     if cfg.space not in SPACES:
@@ -61,16 +57,21 @@ def check_names(cfg: SearchConfig) -> None:
 def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
     """The options of ``cfg.strategy`` that the config sets (shared storage only when given)."""
     check_names(cfg)
-    if cfg.strategy not in STRATEGIES:
-        raise ConfigError(f"config key 'search.strategy': {cfg.strategy!r} has a loop of its own, not ask/tell")
     if cfg.storage is not None and not cfg.study_name:
         raise ConfigError(f"config key 'search.study_name': needed with search.storage={cfg.storage!r}, "
                           "so that the processes sharing the storage find one study")
+    accepted = strategy_options(cfg.strategy)
     options: dict[str, Any] = {}
     if cfg.strategy == "evolution":
         options.update(population=cfg.evolution.population, sample_size=cfg.evolution.sample_size)
-    if cfg.storage is not None:
-        options.update(storage=cfg.storage, study_name=cfg.study_name)
+    if "config" in accepted:  # a section of its own, named like it: search.oneshot, search.dnas
+        options["config"] = getattr(cfg, cfg.strategy)
+    if "rocs" in accepted:
+        options["rocs"] = cfg.rocs
+    if cfg.storage is not None and "shared" in accepted:
+        from rankitect.search.shared import SharedStudy
+
+        options.update(shared=SharedStudy(cfg.storage, cfg.study_name))
     return options
 
 

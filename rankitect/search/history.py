@@ -3,8 +3,8 @@
 Two backends with one interface:
 
 * :class:`LocalHistory` (the default): plain lists, saved whole in the strategy's ``state_dict``.
-* :class:`StudyHistory` (``storage=`` an Optuna RDB URL plus ``study_name``): every proposal is an
-  Optuna trial of a shared study, its params the flat sample of the space, its value the
+* :class:`StudyHistory` (given a :class:`~rankitect.search.shared.SharedStudy`): every proposal is
+  an Optuna trial of a shared study, its params the flat sample of the space, its value the
   objective. Processes sharing the study share one history: duplicates are rejected across all
   of them (running trials included), and evolution draws its population from the most recently
   finished trials of every process, which is asynchronous regularized evolution over one shared
@@ -23,6 +23,7 @@ from typing import Any
 
 from rankitect.search import _optuna
 from rankitect.search.base import Space
+from rankitect.search.shared import SharedStudy, proposal_lock
 
 
 @dataclass(frozen=True)
@@ -76,16 +77,16 @@ class LocalHistory:
 class StudyHistory:
     """History kept in a named Optuna study of an RDB storage, shared by every process using it."""
 
-    def __init__(self, space: Space, storage: str, study_name: str | None) -> None:
-        self.space, self.storage = space, storage
-        self.study = _optuna.open_study(storage, study_name, ["minimize"])
+    def __init__(self, space: Space, shared: SharedStudy) -> None:
+        self.space, self.shared = space, shared
+        self.study = shared.open(["minimize"])
         self._pending: dict[str, int] = {}  # genotype hash -> trial number, this process only
 
     def start(self, h: str, sample: dict[str, Any]) -> bool:
         """Record the proposal; ``False`` when another process recorded the same genotype at the
         same moment (both passed the ``seen`` check): the earlier trial number keeps it, ours is
         marked a duplicate and failed, and the caller proposes again."""
-        with _optuna.proposal_lock(self.storage):  # record and check in one step among the processes
+        with proposal_lock(self.shared):  # record and check in one step among the processes
             trial = _optuna.record_trial(self.study, self.space, sample, {_optuna.HASH_ATTR: h})
             earlier = [t for t in self.study.get_trials(deepcopy=False)
                        if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == h and t.number < trial.number]
@@ -146,8 +147,8 @@ def observe(space: Space, history: LocalHistory | StudyHistory, arch: Any, value
     return True
 
 
-def make_history(space: Space, storage: str | None, study_name: str | None) -> LocalHistory | StudyHistory:
-    """:class:`LocalHistory` without ``storage``, else :class:`StudyHistory`."""
-    if storage is None:
+def make_history(space: Space, shared: SharedStudy | None) -> LocalHistory | StudyHistory:
+    """:class:`LocalHistory` without a shared study, else :class:`StudyHistory`."""
+    if shared is None:
         return LocalHistory()
-    return StudyHistory(space, storage, study_name)
+    return StudyHistory(space, shared)

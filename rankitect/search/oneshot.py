@@ -32,15 +32,15 @@ from rankitect.config import OneShotConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.eval.metrics import MetricAccumulator
-from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, build_strategy
+from rankitect.search.base import SearchContext, Space, SpaceExhausted, Strategy, TrialResult, register_strategy
+from rankitect.search.evolution import RegularizedEvolution
 from rankitect.search.objective import Objective
-from rankitect.search.runner import SearchRunner
-from rankitect.search.supernet_train import (
-    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, start_child_run,
+from rankitect.search.plan import PlanProposer
+from rankitect.supernet.train import (
+    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet,
 )
-from rankitect.search.trial import InlineRunner, TrialPool
 from rankitect.space.architecture import Architecture
-from rankitect.space.supernet import Supernet
+from rankitect.supernet.model import Supernet
 
 SCORED = "scored"
 
@@ -181,52 +181,55 @@ def best_scored(scored: list[tuple[Architecture, TrialResult]], objective: Objec
     return out
 
 
-class OneShotSearch(SearchRunner):
-    """``rankitect search --strategy oneshot``: the runner's baselines, tracking and Pareto table
-    around supernet training, evolution on inherited weights and retraining of the best."""
+@register_strategy("oneshot")
+class OneShotSearch(PlanProposer):
+    """``rankitect search --strategy oneshot``: supernet training and evolution on inherited weights
+    (:meth:`search`), then the ``top_k`` best children proposed to be retrained from scratch.
 
-    def _make_strategy(self) -> None:
-        check_oneshot_config(self.cfg.search.oneshot)
-        if self.cfg.search.rocs:
+    Args:
+        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        config: the ``search.oneshot`` settings.
+        rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
+    """
+
+    def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
+                 config: OneShotConfig | None = None, rocs: bool = False) -> None:
+        self.config = config if config is not None else OneShotConfig()
+        check_oneshot_config(self.config)
+        if rocs:
             raise ConfigError("config key 'search.rocs': the oneshot supernet holds no ROCS-masked blocks yet; "
                               "search ROCS architectures with random, evolution, tpe or nsga2")
-        return None
+        super().__init__(space, seed=seed, objective=objective)
 
-    def candidate_budget(self) -> int:
-        return self.cfg.search.oneshot.top_k
+    def budget(self, trials: int) -> int:
+        return self.config.top_k
 
-    def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
-        if not self.state.plan:
-            self._set_plan(self._search_supernet())
-        self._retrain_plan(runner, "oneshot")
-
-    def _search_supernet(self) -> list[Architecture]:
+    def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
-        cfg, seed = self.cfg.search.oneshot, self.cfg.search.seed
-        memory = check_supernet_memory(self.space, self.data.spec, self.cfg.runtime.memory_budget,
-                                       self.cfg.search.flops_range)
-        self.echo(f"oneshot: supernet estimated at {memory.describe()}")
-        supernet = build_supernet(self.space, self.data.spec, seed)
-        self.echo(f"oneshot: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
-                  f"{cfg.supernet_steps} steps")
-        run_id = start_child_run(self.tracker, self.state.parent_run_id, "supernet", "supernet")
-        curves = CurveLogger(self.tracker.client, run_id)
-        train_supernet(supernet, self.data, self.train_cfg, cfg, seed=seed, curves=curves,
-                       progress=self.cfg.train.progress)
+        cfg, seed, data, tracker = self.config, context.seed, context.data, context.tracker
+        memory = check_supernet_memory(self.space, data.spec, context.memory_budget, context.flops_range)
+        context.echo(f"oneshot: supernet estimated at {memory.describe()}")
+        supernet = build_supernet(self.space, data.spec, seed)
+        context.echo(f"oneshot: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
+                     f"{cfg.supernet_steps} steps")
+        run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
+        curves = CurveLogger(tracker, run_id)
+        train_supernet(supernet, data, context.train_cfg, cfg, seed=seed, curves=curves, progress=context.progress)
         curves.flush()
-        save_supernet(self.tracker, run_id, supernet, self.space, self.data.spec)
-        self.tracker.client.set_terminated(run_id, "FINISHED")
-        self.strategy = build_strategy("evolution", self.space, seed=seed, objective=self.objective,
-                                       population=cfg.population, sample_size=cfg.sample_size)
-        scorer = make_scorer(supernet, self.data, self.train_cfg, cfg)
-        scored = evolve(supernet, scorer, self.strategy, cfg.population + cfg.children,
-                        on_scored=self._log_scored, progress=self.cfg.train.progress)
+        save_supernet(tracker, run_id, supernet, self.space, data.spec)
+        tracker.end_run(run_id, "FINISHED")
+        evolution = RegularizedEvolution(self.space, seed=seed, objective=self.objective,
+                                         population=cfg.population, sample_size=cfg.sample_size)
+        scorer = make_scorer(supernet, data, context.train_cfg, cfg)
+
+        def log_scored(arch: Architecture, result: TrialResult) -> None:
+            from rankitect.track.mlflow_tracker import KIND
+
+            tracker.log_trial(context.parent_run_id, arch, result, {KIND: SCORED})
+
+        scored = evolve(supernet, scorer, evolution, cfg.population + cfg.children, on_scored=log_scored,
+                        progress=context.progress)
         return best_scored(scored, self.objective, cfg.top_k)
-
-    def _log_scored(self, arch: Architecture, result: TrialResult) -> None:
-        from rankitect.track.mlflow_tracker import KIND
-
-        self.tracker.log_trial(self.state.parent_run_id, arch, result, {KIND: SCORED})
 
 
 __all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",

@@ -13,10 +13,11 @@ remaining tries are uniform samples (random search's exploration, Optuna's ``Ran
 Baselines trained before the search are added to the study as its first finished trials
 (:meth:`OptunaStrategy.observe`); they take none of the trial budget.
 
-By default the study lives in memory and the ``state_dict`` holds its trials. With ``storage``
-(an Optuna RDB URL: ``sqlite:///search.db``, ``postgresql://...``) and ``study_name`` the study is
-shared: several processes, on one or many machines, ask and tell into it, and the ``state_dict``
-keeps only this process's running trials. TPE runs with ``constant_liar`` so that trials running
+By default the study lives in memory and the ``state_dict`` holds its trials. Given a
+:class:`~rankitect.search.shared.SharedStudy` (the runner hands one over with ``search.storage``,
+an Optuna RDB URL: ``sqlite:///search.db``, ``postgresql://...``) the study is shared: several
+processes, on one or many machines, ask and tell into it, and the ``state_dict`` keeps only this
+process's running trials. TPE runs with ``constant_liar`` so that trials running
 elsewhere push suggestions away from themselves.
 """
 
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rankitect.search import _optuna
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
 from rankitect.search.objective import Objective
+from rankitect.search.shared import SharedStudy, proposal_lock
 
 if TYPE_CHECKING:
     from rankitect.space import Architecture
@@ -39,8 +41,7 @@ class OptunaStrategy(Strategy):
 
     Args:
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
-        storage: an Optuna RDB URL to share the study through; ``None`` keeps it in memory.
-        study_name: the study's name in ``storage`` (required with ``storage``).
+        shared: the study shared with other processes; ``None`` keeps it in memory.
         max_retries: duplicate suggestions per ask before giving up with ``SpaceExhausted``.
     """
 
@@ -48,14 +49,15 @@ class OptunaStrategy(Strategy):
     model_tries: ClassVar[int] = 10  # sampler suggestions per ask before uniform ones
 
     def __init__(
-        self, space: Space, *, seed: int, objective: Objective | None = None, storage: str | None = None,
-        study_name: str | None = None, max_retries: int = 100,
+        self, space: Space, *, seed: int, objective: Objective | None = None, shared: SharedStudy | None = None,
+        max_retries: int = 100,
     ) -> None:
         super().__init__(space, seed=seed, objective=objective)
         if max_retries < 1:
             raise ValueError(f"max_retries must be >= 1, got {max_retries}")
-        self.storage, self.study_name, self.max_retries = storage, study_name, max_retries
-        self.study = _optuna.open_study(storage, study_name, self.directions)
+        self.shared, self.max_retries = shared, max_retries
+        in_memory = shared is None
+        self.study = _optuna.open_study(None, None, self.directions) if in_memory else shared.open(self.directions)
         self._pending: dict[str, int] = {}  # genotype hash -> trial number
 
     @abstractmethod
@@ -74,7 +76,7 @@ class OptunaStrategy(Strategy):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 uniform = attempt >= self.model_tries
                 self.study.sampler = optuna.samplers.RandomSampler(seed) if uniform else self.make_sampler(seed)
-            with _optuna.proposal_lock(self.storage):  # no other process proposes between known and ask
+            with proposal_lock(self.shared):  # no other process proposes between known and ask
                 known = self._known()
                 trial = self.study.ask()
                 sample = {label: trial.suggest_categorical(label, c.options) for label, c in self.space.choices.items()}
@@ -127,14 +129,14 @@ class OptunaStrategy(Strategy):
         return known
 
     def state_dict(self) -> dict[str, Any]:
-        study = _optuna.snapshot(self.study) if self.storage is None else None
+        study = _optuna.snapshot(self.study) if self.shared is None else None
         return {**super().state_dict(), "pending": dict(self._pending), "study": study}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._pending = {h: int(n) for h, n in state["pending"].items()}
-        if self.storage is None:
-            self.study = _optuna.open_study(None, self.study_name, self.directions)
+        if self.shared is None:
+            self.study = _optuna.open_study(None, None, self.directions)
             _optuna.restore(self.study, self.space, state["study"])
 
 
@@ -145,21 +147,19 @@ class TPESearch(OptunaStrategy):
     Args:
         n_startup_trials: uniform trials before the density model takes over.
         multivariate: model the choices jointly (Falkner et al. 2018) instead of one by one.
-        storage, study_name, max_retries: see :class:`OptunaStrategy`.
+        shared, max_retries: see :class:`OptunaStrategy`.
     """
 
     directions: ClassVar[list[str]] = ["minimize"]
 
     def __init__(
         self, space: Space, *, seed: int, objective: Objective | None = None, n_startup_trials: int = 10,
-        multivariate: bool = False, storage: str | None = None, study_name: str | None = None,
-        max_retries: int = 100,
+        multivariate: bool = False, shared: SharedStudy | None = None, max_retries: int = 100,
     ) -> None:
         if n_startup_trials < 0:
             raise ValueError(f"n_startup_trials must be >= 0, got {n_startup_trials}")
         self.n_startup_trials, self.multivariate = n_startup_trials, multivariate
-        super().__init__(space, seed=seed, objective=objective, storage=storage, study_name=study_name,
-                         max_retries=max_retries)
+        super().__init__(space, seed=seed, objective=objective, shared=shared, max_retries=max_retries)
 
     def make_sampler(self, seed: int) -> Any:
         optuna = _optuna.import_optuna()
@@ -179,20 +179,19 @@ class NSGA2Search(OptunaStrategy):
 
     Args:
         population_size: individuals per generation (the first generation is uniform).
-        storage, study_name, max_retries: see :class:`OptunaStrategy`.
+        shared, max_retries: see :class:`OptunaStrategy`.
     """
 
     directions: ClassVar[list[str]] = ["minimize", "minimize"]
 
     def __init__(
         self, space: Space, *, seed: int, objective: Objective | None = None, population_size: int = 10,
-        storage: str | None = None, study_name: str | None = None, max_retries: int = 100,
+        shared: SharedStudy | None = None, max_retries: int = 100,
     ) -> None:
         if population_size < 2:
             raise ValueError(f"population_size must be >= 2, got {population_size}")
         self.population_size = population_size
-        super().__init__(space, seed=seed, objective=objective, storage=storage, study_name=study_name,
-                         max_retries=max_retries)
+        super().__init__(space, seed=seed, objective=objective, shared=shared, max_retries=max_retries)
 
     def make_sampler(self, seed: int) -> Any:
         optuna = _optuna.import_optuna()

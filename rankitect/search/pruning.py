@@ -66,7 +66,9 @@ def _storage(location: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # experimental in some Optuna versions
             return JournalStorage(JournalFileBackend(location[len("journal:"):]))
-    return _optuna.rdb_storage(location)
+    from rankitect.search.shared import rdb_storage
+
+    return rdb_storage(location)
 
 
 class Reporter:
@@ -112,7 +114,9 @@ class Rungs:
             self.study = _optuna.open_study(_storage(self.location), self.study_name, ["minimize"])
         else:
             self.location, self.study_name = storage, f"{study_name}{RUNG_SUFFIX}"
-            self.study = _optuna.open_study(storage, self.study_name, ["minimize"])
+            from rankitect.search.shared import SharedStudy
+
+            self.study = SharedStudy(storage, self.study_name).open(["minimize"])
         self._numbers: dict[int, int] = {}  # trial id -> number
 
     def ticket(self, name: str, *, prune: bool = True) -> RungTicket:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
 from rankitect.search.history import make_history, observe
 from rankitect.search.objective import Objective
+from rankitect.search.shared import SharedStudy
 
 if TYPE_CHECKING:
     from rankitect.space import Architecture
@@ -33,19 +34,19 @@ class RandomSearch(Strategy):
     Args:
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         max_retries: samples drawn per ask before giving up with ``SpaceExhausted``.
-        storage, study_name: share the history through an Optuna RDB study (see
-            :mod:`rankitect.search.history`).
+        shared: share the history with other processes through this study (see
+            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared`).
     """
 
     def __init__(
         self, space: Space, *, seed: int, objective: Objective | None = None, max_retries: int = 100,
-        storage: str | None = None, study_name: str | None = None,
+        shared: SharedStudy | None = None,
     ) -> None:
         super().__init__(space, seed=seed, objective=objective)
         if max_retries < 1:
             raise ValueError(f"max_retries must be >= 1, got {max_retries}")
         self.max_retries = max_retries
-        self.history = make_history(space, storage, study_name)
+        self.history = make_history(space, shared)
 
     def ask(self) -> Architecture:
         for _ in range(self.max_retries):  # start() refuses a genotype another process just took

@@ -1,10 +1,13 @@
-"""The search runner: ask -> train and score -> tell, tracked in MLflow, checkpointed, resumable.
+"""The search runner: one loop, propose -> train and score -> record, for every strategy.
 
-``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, then
-candidates until ``search.trials`` have finished (across every process sharing ``search.storage``),
-in this process or in a local pool of ``search.workers`` processes. After every finished trial the
-checkpoint is rewritten (see :mod:`rankitect.search.checkpoint`); ``resume(run_id)`` continues a
-killed search exactly where its checkpoint stands. A candidate that fails becomes a FAILED child run.
+``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, starts
+the strategy (a :class:`~rankitect.search.base.Proposer` from the one registry; ``oneshot`` and
+``dnas`` train their supernet here), then trains what it proposes until its budget
+(``search.trials``, or a supernet's ``top_k``) has finished, across every process sharing
+``search.storage`` (:mod:`rankitect.search.shared`), in this process or in a local pool of
+``search.workers`` processes. After every finished trial the checkpoint is rewritten (see
+:mod:`rankitect.search.checkpoint`); ``resume(run_id)`` continues a killed search exactly where its
+checkpoint stands. A candidate that fails becomes a FAILED child run.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pandas as pd
 
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
-from rankitect.search.base import SpaceExhausted, Strategy, TrialResult, arch_hash
+from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
                                          save_state)
@@ -28,6 +31,7 @@ from rankitect.search.factory import check_names, objective_from_config, strateg
 from rankitect.search.kept import KeptWeights
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
+from rankitect.search.shared import SharedStudy
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
@@ -36,8 +40,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_TAG = "rankitect.checkpoint"
 TRIAL_TAG = "rankitect.trial"  # the trial's number in its process's checkpoint
 TRIAL_ID_TAG = "rankitect.trial_id"  # unique across the processes of a shared search (reconcile uses it)
-PARENT_ATTR = "mlflow_parent_run_id"
-SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
 
 @dataclass
@@ -47,20 +49,6 @@ class SearchOutcome:
     best: Architecture | None
     out_dir: Path
     spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.budget)
-
-
-def runner_class(strategy: str) -> type[SearchRunner]:
-    """The runner of ``strategy``: weight-sharing ones (``oneshot``, ``dnas``) run a loop of their
-    own around a supernet, the others ask and tell."""
-    if strategy == "oneshot":
-        from rankitect.search.oneshot import OneShotSearch
-
-        return OneShotSearch
-    if strategy == "dnas":
-        from rankitect.search.dnas import DnasSearch
-
-        return DnasSearch
-    return SearchRunner
 
 
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
@@ -100,10 +88,12 @@ class SearchRunner:
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
-        self.strategy = self._make_strategy()
+        self.strategy: Proposer = strategy_from_config(cfg.search, self.space)  # proposes every candidate
+        # processes sharing search.storage coordinate through it (rankitect.search.shared)
+        self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if cfg.search.storage else None
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         self.state = state if state is not None else self._start()
-        if state is not None and state.strategy and self.strategy is not None:
+        if state is not None and state.strategy:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
         self.weights = KeptWeights(self.tracker, self.out_dir, self.data.spec)
@@ -111,7 +101,7 @@ class SearchRunner:
         # ``state.json`` (what --resume finds), every other process a checkpoint of its own.
         self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
         tag = CHECKPOINT_TAG if self.owner else f"{CHECKPOINT_TAG}.{process_key()}"
-        self.tracker.client.set_tag(self.state.parent_run_id, tag, str(self.path))
+        self.tracker.set_tag(self.state.parent_run_id, tag, str(self.path))
         self.budget = TimeBudget(budget_seconds, clock=clock, elapsed=self.state.elapsed)
         self.rungs: Rungs | None = None
         self._tickets: dict[Future, RungTicket | None] = {}
@@ -124,22 +114,18 @@ class SearchRunner:
 
         tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         try:
-            run = tracker.client.get_run(run_id)
-        except Exception as e:  # noqa: BLE001 - MLflow raises its own exception types
-            raise UserError(f"--resume {run_id}: no such run in {tracker.uri} ({type(e).__name__})") from None
-        path = run.data.tags.get(CHECKPOINT_TAG)
+            tags = tracker.run_tags(run_id)
+        except UserError:
+            raise UserError(f"--resume {run_id}: no such run in {tracker.uri}") from None
+        path = tags.get(CHECKPOINT_TAG)
         if not path:
             raise UserError(f"--resume {run_id}: that run is not a rankitect search (no {CHECKPOINT_TAG} tag)")
         state = load_state(Path(path))
         saved = config_from_dict(state.config, list(overrides))
         saved.track = cfg.track
-        return runner_class(saved.search.strategy)(saved, state=state, **kw)
+        return cls(saved, state=state, **kw)
 
     # --- the loop --------------------------------------------------------------------------------
-
-    def _make_strategy(self) -> Strategy | None:
-        """The ask/tell strategy of the search (a subclass with a loop of its own may have none)."""
-        return strategy_from_config(self.cfg.search, self.space)
 
     def watch(self, progress: LineProgress) -> None:
         """Report to ``progress`` (e.g. a :class:`~rankitect.search.progress.SearchProgress` bar)."""
@@ -150,8 +136,9 @@ class SearchRunner:
         return (len(self.cfg.search.baselines) if self.owner else 0) + self.candidate_budget()
 
     def candidate_budget(self) -> int:
-        """How many candidates the search trains (for the progress lines)."""
-        return self.cfg.search.trials
+        """How many candidates the search trains: ``search.trials``, or what the strategy says
+        (a supernet's ``top_k``)."""
+        return self.strategy.budget(self.cfg.search.trials)
 
     def run(self) -> SearchOutcome:
         """Run the search to its end; SIGTERM or SIGINT stop it cleanly (see :meth:`_stopped`) and
@@ -163,6 +150,7 @@ class SearchRunner:
                 self._open_rungs()
                 self._run_baselines(runner)
                 self._start_from_baselines()
+                self._start_strategy()
                 self._run_candidates(runner)
                 return self._finish()
             except Stopped as stop:
@@ -181,14 +169,12 @@ class SearchRunner:
         for name, (kind, arch) in self.running.items():
             self.tracker.log_trial(self.state.parent_run_id, arch, TrialResult.failure(why), {TRIAL_TAG: "stopped"},
                                    baseline=name if kind == "baseline" else None, status="KILLED")
-        if self.cfg.search.storage and self.running:
-            from rankitect.search._optuna import release_running
-
-            release_running(self.cfg.search.storage, self.cfg.search.study_name, list(self.running), why)
+        if self.shared is not None and self.running:
+            self.shared.release(list(self.running), why)
         self.running.clear()
         save_state(self.path, self.state)
         if self.owner:
-            self.tracker.client.set_terminated(self.state.parent_run_id, "KILLED")
+            self.tracker.end_run(self.state.parent_run_id, "KILLED")
         self.echo(f"search {why}: {len(self.state.candidates())} candidates finished; continue it with "
                   f"rankitect search --resume {self.state.parent_run_id}")
 
@@ -223,23 +209,6 @@ class SearchRunner:
             return TrialPool(str(self.data.path), self.cfg.search.workers)
         return InlineRunner(self.data)
 
-    def _set_plan(self, archs: list[Architecture]) -> None:
-        """Checkpoint the architectures a supernet phase chose, before any of them is retrained."""
-        self.state.plan = [a.to_dict() for a in archs]
-        save_state(self.path, self.state)
-
-    def _retrain_plan(self, runner: InlineRunner | TrialPool, label: str) -> None:
-        """Retrain from scratch every planned architecture that has no recorded trial yet."""
-        done = {t.name for t in self.state.candidates()}
-        for d in self.state.plan:
-            arch = Architecture.from_dict(d)
-            if arch.hash in done:
-                continue
-            self.echo(f"{label}: retraining {arch.hash} from scratch")
-            future = self._submit(runner, "candidate", arch.hash, arch, prune=False)
-            self._record("candidate", arch.hash, arch, self._output(future))
-            done.add(arch.hash)
-
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
         """Train the baselines under the same budget (once per search: by the parent's owner)."""
         from rankitect.space.baselines import get_baseline
@@ -268,12 +237,24 @@ class SearchRunner:
             self.objective = self.objective.with_target(found[1] if found else None)
             self.echo(f"target_mflops auto: {found[1]:.4f} MFLOPs ({found[0]}, the best baseline by val/ne)" if found
                       else "target_mflops auto: no baseline finished; ranking by NE alone")
-            if self.strategy is not None:
-                self.strategy.objective = self.objective
-        if self.strategy is not None:
-            taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
-            if taken:
-                self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
+            self.strategy.objective = self.objective
+        taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
+        if taken:
+            self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
+
+    def _start_strategy(self) -> None:
+        """Hand the strategy what it may need before its first proposal (a supernet phase runs
+        here), then checkpoint what it planned, before any of it is trained."""
+        context = SearchContext(
+            data=self.data, train_cfg=self.train_cfg, seed=self.cfg.search.seed,
+            memory_budget=self.cfg.runtime.memory_budget, flops_range=self.cfg.search.flops_range,
+            tracker=self.tracker, parent_run_id=self.state.parent_run_id,
+            finished={t.name for t in self.state.candidates()}, echo=self.echo, progress=self.cfg.train.progress,
+        )
+        self.strategy.start(context)
+        self.state.plan = [a.to_dict() for a in self.strategy.planned()]
+        self.state.strategy = self.strategy.state_dict()
+        save_state(self.path, self.state)
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
         pending: dict[Future, Architecture] = {}
@@ -294,7 +275,7 @@ class SearchRunner:
                 if not self._within_shared_budget(arch):
                     exhausted = True  # another process took the last trial at the same moment
                     break
-                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=True)] = arch
+                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=self.strategy.prunable)] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -305,10 +286,7 @@ class SearchRunner:
                 self._record("candidate", arch_hash(arch), arch, out)
 
     def _within_shared_budget(self, arch: Architecture) -> bool:
-        from rankitect.search._optuna import claim_budget
-
-        search = self.cfg.search
-        return search.storage is None or claim_budget(search.storage, search.study_name, arch_hash(arch), search.trials)
+        return self.shared is None or self.shared.claim(arch_hash(arch), self.candidate_budget())
 
     def _remaining(self, in_flight: int) -> int:
         """Trials still to start: the budget less finished and running ones (of every process).
@@ -316,14 +294,14 @@ class SearchRunner:
         A pruned trial gives its slot back, yet proposals stop at ``trials * pruning_reduction``
         (so a search whose every candidate is pruned still ends).
         """
-        search = self.cfg.search
-        cap = search.trials * (search.pruning_reduction if search.pruning == "asha" else 1)
-        if search.storage is None:
+        search, trials = self.cfg.search, self.candidate_budget()
+        cap = trials * (search.pruning_reduction if search.pruning == "asha" and self.strategy.prunable else 1)
+        if self.shared is None:
             cands = self.state.candidates()
             finished = sum(1 for t in cands if t.result["status"] != "pruned")
-            return min(search.trials - finished, cap - len(cands)) - in_flight
-        slots, proposals = shared_trial_count(search.storage, search.study_name, with_pruned=True)
-        return min(search.trials - slots, cap - proposals)
+            return min(trials - finished, cap - len(cands)) - in_flight
+        slots, proposals = self.shared.count()
+        return min(trials - slots, cap - proposals)
 
     # --- recording -------------------------------------------------------------------------------
 
@@ -340,13 +318,12 @@ class SearchRunner:
                              result=out.result.to_dict(), trial_id=new_trial_id())
         self.state.trials.append(record)
         self.state.elapsed = self.budget.spent()
-        if self.strategy is not None:
-            self.state.strategy = self.strategy.state_dict()
+        self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
         self._log_child(record, out.history, self.progress.start_time(name))
         save_state(self.path, self.state)
-        if self.cfg.search.storage:
-            self._share(record)
+        if self.shared is not None:
+            self.shared.share({"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result})
         self._keep_weights(kept_before)
         line = _trial_line(record, len(self.state.candidates()), self.candidate_budget())
         self.progress.finished(name, out.result, line)
@@ -360,36 +337,16 @@ class SearchRunner:
         params = {} if choices is None else {k: choices[k] for k in self.space.active(choices)}
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, _trial_tags(record),
                                                baseline=baseline, params=params, start_time=start, history=history)
-        if arch.rocs:
-            from mlflow.entities import Metric
-
-            metrics = [Metric(k, v, 0, 0) for k, v in self._rocs_mflops(arch).items()]
-            self.tracker.client.log_batch(record.run_id, metrics=metrics)
-
-    def _rocs_mflops(self, arch: Architecture) -> dict[str, float]:
-        """ROCS serving FLOPs (the candidate's ``mflops``) beside the once-per-request part and the
-        FLOPs of scoring every candidate in full."""
-        from rankitect.search.trial import candidates_per_request
-        from rankitect.serve.rocs import rocs_flops
-        from rankitect.space.flops import cost
-
-        per_req = candidates_per_request(self.data)
-        per_example, per_request = rocs_flops(arch, self.data.spec, per_req)
-        return {"rocs/mflops_per_example": per_example / 1e6, "rocs/mflops_per_request": per_request / 1e6,
-                "rocs/mflops_unshared": cost(arch, self.data.spec).mflops, "rocs/candidates_per_request": per_req}
-
-    def _share(self, record: TrialRecord) -> None:
-        """Put a finished trial in the shared study, so every process's Pareto table can hold it."""
-        entry = {"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result}
-        _load_study(self.cfg).set_user_attr(SHARED_TRIAL_ATTR + record.name, entry)
+        if result.cost is not None and result.cost.rocs_metrics():  # measured once, before training
+            self.tracker.log_metrics(record.run_id, result.cost.rocs_metrics())
 
     def _all_trials(self) -> list[TrialRecord]:
         """This process's trials, plus (with shared storage) those every other process has finished."""
         trials = list(self.state.trials)
-        if self.cfg.search.storage:
+        if self.shared is not None:
             names = {t.name for t in trials}
-            for key, e in sorted(_load_study(self.cfg).user_attrs.items()):
-                if key.startswith(SHARED_TRIAL_ATTR) and e["name"] not in names:
+            for e in self.shared.trials():
+                if e["name"] not in names:
                     trials.append(TrialRecord(number=-1, kind=e["kind"], name=e["name"], arch=e["arch"],
                                               result=e["result"]))
         return trials
@@ -403,33 +360,18 @@ class SearchRunner:
         for record in self.state.trials:
             if record.run_id is not None:
                 continue
+            # half-written by the killed process
             if record.trial_id is not None:
-                query = f"tags.`{TRIAL_ID_TAG}` = '{record.trial_id}'"
+                self.tracker.delete_child_runs(self.state.parent_run_id, TRIAL_ID_TAG, record.trial_id)
             elif not self.cfg.search.storage:  # an older checkpoint: its numbers are unique in its search
-                query = f"tags.`{TRIAL_TAG}` = '{record.number}'"
-            else:
-                query = None
-            if query is not None:
-                query += f" and tags.`mlflow.parentRunId` = '{self.state.parent_run_id}'"
-                for run in self.tracker.client.search_runs([self.tracker.experiment_id], query):
-                    self.tracker.client.delete_run(run.info.run_id)  # half-written by the killed process
+                self.tracker.delete_child_runs(self.state.parent_run_id, TRIAL_TAG, str(record.number))
             self._log_child(record, [])
             save_state(self.path, self.state)
 
     def _start(self) -> SearchState:
-        if not self.cfg.search.storage:
+        if self.shared is None:
             return SearchState(parent_run_id=self._new_parent(), config=to_dict(self.cfg))
-        from rankitect.search._optuna import storage_lock
-
-        # The first process to look opens the shared parent run; the lock makes "look, then open
-        # and publish" one step, so processes started together agree on one parent.
-        with storage_lock(self.cfg.search.storage):
-            study = _load_study(self.cfg)
-            parent = study.user_attrs.get(PARENT_ATTR)
-            self.owner = parent is None
-            if parent is None:
-                parent = self._new_parent()
-                study.set_user_attr(PARENT_ATTR, parent)
+        parent, self.owner = self.shared.parent_run(self._new_parent)  # one parent for every process
         return SearchState(parent_run_id=parent, config=to_dict(self.cfg))
 
     def _new_parent(self) -> str:
@@ -531,24 +473,3 @@ def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
         return f"{head} {record.name} FAILED: {r.error}"
     return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
             f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s")
-
-
-def _load_study(cfg: Config) -> Any:
-    from rankitect.search._optuna import load_shared_study
-
-    return load_shared_study(cfg.search.storage, cfg.search.study_name)
-
-
-def shared_trial_count(storage: str, study_name: str | None, *, with_pruned: bool = False) -> Any:
-    """Proposals recorded in a shared study by every process that hold a trial slot (duplicates of
-    earlier ones, baselines and pruned trials excluded); ``with_pruned``: that and all proposals,
-    pruned included (baselines still not)."""
-    from rankitect.search._optuna import BASELINE_ATTR, counts, load_shared_study, takes_budget
-
-    try:
-        trials = load_shared_study(storage, study_name).get_trials(deepcopy=False)
-    except KeyError:
-        trials = []
-    slots = sum(1 for t in trials if takes_budget(t))
-    proposals = sum(1 for t in trials if counts(t) and BASELINE_ATTR not in t.user_attrs)
-    return (slots, proposals) if with_pruned else slots

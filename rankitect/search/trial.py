@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rankitect.config import TrainConfig
+from rankitect.cost import measure
 from rankitect.search.base import TrialResult
 from rankitect.search.pruning import RungTicket
 from rankitect.space.architecture import Architecture
@@ -40,28 +41,11 @@ def candidates_per_request(data: Any) -> float:
     return len(test) / max(1, test.n_requests)
 
 
-def candidate_cost(arch: Architecture, data: Any) -> tuple[float, int]:
-    """``(mflops, params)`` a search ranks ``arch`` by: MFLOPs per example as it would be served.
-
-    A ROCS-masked architecture is served by :func:`~rankitect.serve.score_requests`, its request
-    part once per request, so its MFLOPs per example are the request-shared ones at the data's
-    candidates per request; every other architecture computes everything per example.
-    """
-    from rankitect.space.flops import cost
-
-    c = cost(arch, data.spec)
-    if not arch.rocs:
-        return c.mflops, c.params
-    from rankitect.serve.rocs import rocs_flops
-
-    per_example, _ = rocs_flops(arch, data.spec, candidates_per_request(data))
-    return per_example / 1e6, c.params
-
-
 def run_trial(
     arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
 ) -> TrialOutput:
-    """Cost, train and score ``arch`` on ``data``; failures are returned, not raised.
+    """Cost (:func:`~rankitect.cost.measure`, once), train and score ``arch`` on ``data``;
+    failures are returned, not raised. The result carries the :class:`~rankitect.cost.Cost`.
 
     With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors. With
     ``ticket`` every validation is reported to the search's rung study, which may stop the
@@ -71,13 +55,16 @@ def run_trial(
     from rankitect.train.task import TrialPruned
 
     start = time.perf_counter()
-    mflops = params = None
+    mflops = params = cost = None
     try:
-        mflops, params = candidate_cost(arch, data)
+        # A ROCS-masked candidate is served by score_requests, its request part once per request:
+        # it is ranked by the MFLOPs per example at the data's candidates per request.
+        cost = measure(arch, data.spec, candidates_per_request(data) if arch.rocs else None)
+        mflops, params = cost.served_mflops, cost.params
         report = ticket.reporter() if ticket is not None else None
         out = train_architecture(arch, data, cfg, report=report)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds,
-                                          steps=out.steps)
+                                          steps=out.steps, cost=cost)
         if weights_path is not None:
             from rankitect.track.weights import save_weights
 
@@ -87,14 +74,14 @@ def run_trial(
         raise
     except TrialPruned as e:
         result = TrialResult.pruning(str(e), val_ne=e.best_ne, mflops=mflops, params=params,
-                                     train_seconds=time.perf_counter() - start, steps=e.steps)
+                                     train_seconds=time.perf_counter() - start, steps=e.steps, cost=cost)
         return TrialOutput(result=result, history=e.history)
     except BaseException as e:  # noqa: BLE001 - a failed candidate never kills a search
         seconds = time.perf_counter() - start
         message = f"{type(e).__name__}: {e}"
         log.warning("trial failed: %s", message)
         return TrialOutput(
-            result=TrialResult.failure(message, mflops=mflops, params=params, train_seconds=seconds),
+            result=TrialResult.failure(message, mflops=mflops, params=params, train_seconds=seconds, cost=cost),
             history=[], traceback=traceback.format_exc(),
         )
 

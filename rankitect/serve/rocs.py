@@ -178,14 +178,21 @@ def _meta_flops(model: RankingModel, requests: int, rows: int) -> int:
 
 
 def rocs_cost(arch: Architecture, spec: FeatureSpec) -> RocsCost:
-    """FLOPs of :func:`score_requests` for ``arch`` on ``spec``, counted on a meta-device build.
+    """FLOPs of :func:`score_requests` for ``arch`` on ``spec``, counted on a meta-device build
+    (:func:`rankitect.cost.measure` gives them with the plain cost, from the same build)."""
+    if not arch.rocs:
+        raise ValueError(f"architecture {arch.hash} is not ROCS-masked (rocs=False)")
+    return model_rocs_cost(build_model(arch, spec, device="meta"))
+
+
+def model_rocs_cost(model: RankingModel) -> RocsCost:
+    """:func:`rocs_cost` of a model already built on the ``meta`` device (no second build).
 
     Every product runs either on the request rows or on the candidate rows, so one request with one
     candidate and one with two give both parts.
     """
-    if not arch.rocs:
-        raise ValueError(f"architecture {arch.hash} is not ROCS-masked (rocs=False)")
-    model = build_model(arch, spec, device="meta")
+    if not model.arch.rocs:
+        raise ValueError(f"architecture {model.arch.hash} is not ROCS-masked (rocs=False)")
     one, two = _meta_flops(model, 1, 1), _meta_flops(model, 1, 2)
     return RocsCost(per_request=one - (two - one), per_candidate=two - one)
 
@@ -203,6 +210,7 @@ def rocs_flops(arch: Architecture, spec: FeatureSpec, candidates_per_request: fl
 __all__ = [
     "RocsCost",
     "adapt",
+    "model_rocs_cost",
     "request_rows",
     "request_sources",
     "rocs_cost",

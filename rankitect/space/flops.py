@@ -4,6 +4,10 @@ Computed from the blocks' own :meth:`~rankitect.blocks.base.Block.flops` and the
 projections and head, on a model built on the ``meta`` device (no memory, no initialization).
 FLOPs follow ``torch.utils.flop_counter``: matrix products only, a multiply-add counts 2,
 embedding lookups are free.
+
+These are the plain counts (every row computing everything) that the space sizes itself by. What a
+search prices a candidate at, ROCS serving included, is :func:`rankitect.cost.measure`, from the
+same one build.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture
-from rankitect.space.builder import build_model
+from rankitect.space.builder import RankingModel, build_model
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,11 @@ def cost(arch: Architecture, spec: FeatureSpec) -> Cost:
     >>> cost(arch, tiny_spec())  # mlp 4->8 (64 FLOPs, 40 params), head 8->1 (16 FLOPs, 9 params)
     Cost(flops=80, params=49, dense_params=49)
     """
-    model = build_model(arch, spec, device="meta")
+    return model_cost(build_model(arch, spec, device="meta"))
+
+
+def model_cost(model: RankingModel) -> Cost:
+    """:func:`cost` of a model already built (on the ``meta`` device: no second build)."""
     total = sum(p.numel() for p in model.parameters())
     sparse = sum(p.numel() for p in model.sparse_parameters())
     return Cost(flops=model.flops(), params=total, dense_params=total - sparse)

@@ -435,6 +435,43 @@ class Tracker:
             if not token:
                 return runs
 
+    # --- what a search asks of its runs (rankitect.search, rankitect.supernet) -------------------
+
+    def start_child_run(self, parent_id: str, name: str, kind: str) -> str:
+        """A child run of the search ``parent_id`` tagged ``rankitect.kind=kind`` (e.g. ``supernet``)."""
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={KIND: kind, PARENT: parent_id})
+        return run.info.run_id
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        """Close run ``run_id`` as ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        self.client.set_terminated(run_id, status)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def run_tags(self, run_id: str) -> dict[str, str]:
+        """The tags of run ``run_id``; an unknown id is a ``UserError`` naming it and the store."""
+        return dict(self._get_run(run_id).data.tags)
+
+    def delete_child_runs(self, parent_id: str, tag: str, value: str) -> int:
+        """Delete the child runs of ``parent_id`` tagged ``tag=value`` (half-written by a killed
+        process); returns how many."""
+        runs = self._find_runs(f"tags.`{tag}` = '{value}' and tags.`{PARENT}` = '{parent_id}'")
+        for run in runs:
+            self.client.delete_run(run.info.run_id)
+        return len(runs)
+
+    def log_curve(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+        """Log ``(name, value, timestamp_ms, step)`` points in batches of MLflow's limit of 1000."""
+        from mlflow.entities import Metric
+
+        metrics = [Metric(k, float(v), t, step) for k, v, t, step in points]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+
+    def log_artifacts(self, run_id: str, folder: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(folder), artifact_path)
+
     def _log(
         self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None,
         step: int = 0,

@@ -10,6 +10,7 @@ import pytest
 from rankitect.config import load_config
 from rankitect.search import TrialResult, build_strategy
 from rankitect.search import _optuna
+from rankitect.search.shared import takes_budget
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.space import get_space
@@ -73,7 +74,7 @@ def test_optuna_studies_hold_baselines_as_finished_trials_outside_the_budget(nam
     strategy.observe(arch, result)
     (trial,) = strategy.study.get_trials()
     assert trial.state.name == "COMPLETE" and trial.user_attrs[_optuna.HASH_ATTR] == arch.hash
-    assert _optuna.counts(trial) and not _optuna.takes_budget(trial)
+    assert _optuna.counts(trial) and not takes_budget(trial)
     expected = [Objective(target_mflops=2.0)(result)] if name == "tpe" else [result.val_ne, result.mflops]
     assert trial.values == pytest.approx(expected)
     assert strategy.space.decode(trial.params) == arch

@@ -13,12 +13,12 @@ from rankitect.cli import main
 from rankitect.config import DnasConfig, TrainConfig
 from rankitect.data.store import ClickData
 from rankitect.search.dnas import ArchStep, Stability, dnas_schedule, dnas_search
-from rankitect.search.dnas_weights import ArchitectureWeights, ExpectedFlops
+from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops
 from rankitect.search.objective import Objective
-from rankitect.search.supernet_train import SupernetTrainer, build_supernet
+from rankitect.supernet.train import SupernetTrainer, build_supernet
 from rankitect.space import cost, get_space
 from rankitect.space.architecture import Architecture
-from rankitect.space.supernet import Supernet
+from rankitect.supernet.model import Supernet
 from rankitect.space.testing import tiny_spec
 from tests.learnable import learnable_source
 from tests.search.tiny_data import tiny_click_data

@@ -17,7 +17,7 @@ from rankitect.data.store import ClickData
 from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.oneshot import best_scored, check_oneshot_config, evolve, make_scorer, train_supernet
-from rankitect.search.supernet_train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path
+from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path
 from rankitect.space import get_space
 from tests.learnable import learnable_source
 from tests.search.tiny_data import tiny_click_data

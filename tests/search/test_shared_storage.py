@@ -7,6 +7,7 @@ import json
 import pytest
 
 from rankitect.search import build_strategy
+from rankitect.search.shared import SharedStudy
 from tests.search.toy import ToySpace, toy_result
 
 
@@ -28,11 +29,11 @@ def interleave(strategies, rounds):
 
 def test_evolution_processes_share_history_and_population(storage):
     first = build_strategy("evolution", ToySpace(), seed=0, population=4, sample_size=2,
-                           storage=storage, study_name="evo")
+                           shared=SharedStudy(storage, "evo"))
     hashes = interleave([first], 4)
     space = ToySpace()
     second = build_strategy("evolution", space, seed=1, population=4, sample_size=2,
-                            storage=storage, study_name="evo")
+                            shared=SharedStudy(storage, "evo"))
     second.ask()  # four trials finished elsewhere: the population is full, so this is a child
     assert space.mutated_from and set(a.hash for a in space.mutated_from) <= set(hashes)
     more = interleave([first, second], 4)
@@ -40,20 +41,20 @@ def test_evolution_processes_share_history_and_population(storage):
 
 
 def test_tpe_and_random_share_one_study_without_duplicates(storage):
-    tpe = build_strategy("tpe", ToySpace(), seed=0, n_startup_trials=3, storage=storage, study_name="mixed")
-    rnd = build_strategy("random", ToySpace(), seed=0, storage=storage, study_name="mixed")
+    tpe = build_strategy("tpe", ToySpace(), seed=0, n_startup_trials=3, shared=SharedStudy(storage, "mixed"))
+    rnd = build_strategy("random", ToySpace(), seed=0, shared=SharedStudy(storage, "mixed"))
     hashes = interleave([tpe, rnd], 6)
     assert len(set(hashes)) == len(hashes)
     assert len({t.number for t in tpe.study.trials}) >= 12
 
 
 def test_state_dict_keeps_only_the_running_trials_and_resumes(storage):
-    nsga = build_strategy("nsga2", ToySpace(), seed=0, population_size=4, storage=storage, study_name="nsga")
+    nsga = build_strategy("nsga2", ToySpace(), seed=0, population_size=4, shared=SharedStudy(storage, "nsga"))
     interleave([nsga], 3)
     running = nsga.ask()
     state = json.loads(json.dumps(nsga.state_dict()))
     assert state["study"] is None and list(state["pending"]) == [running.hash]
-    resumed = build_strategy("nsga2", ToySpace(), seed=0, population_size=4, storage=storage, study_name="nsga")
+    resumed = build_strategy("nsga2", ToySpace(), seed=0, population_size=4, shared=SharedStudy(storage, "nsga"))
     resumed.load_state_dict(state)
     result = toy_result(running)
     resumed.tell(running, result)
@@ -64,18 +65,18 @@ def test_state_dict_keeps_only_the_running_trials_and_resumes(storage):
 
 
 def test_a_study_with_other_directions_or_no_name_is_refused(storage):
-    build_strategy("tpe", ToySpace(), seed=0, storage=storage, study_name="single")
+    build_strategy("tpe", ToySpace(), seed=0, shared=SharedStudy(storage, "single"))
     with pytest.raises(ValueError, match="directions"):
-        build_strategy("nsga2", ToySpace(), seed=0, storage=storage, study_name="single")
+        build_strategy("nsga2", ToySpace(), seed=0, shared=SharedStudy(storage, "single"))
     with pytest.raises(ValueError, match="study_name"):
-        build_strategy("evolution", ToySpace(), seed=0, storage=storage)
+        build_strategy("evolution", ToySpace(), seed=0, shared=SharedStudy(storage, None))
 
 
 @pytest.mark.parametrize("name", ["random", "evolution"])
 def test_two_processes_proposing_one_genotype_at_once_keep_one(storage, name, monkeypatch):
     options = {"population": 4, "sample_size": 2} if name == "evolution" else {}
-    first = build_strategy(name, ToySpace(), seed=5, storage=storage, study_name=f"race-{name}", **options)
-    second = build_strategy(name, ToySpace(), seed=5, storage=storage, study_name=f"race-{name}", **options)
+    first = build_strategy(name, ToySpace(), seed=5, shared=SharedStudy(storage, f"race-{name}"), **options)
+    second = build_strategy(name, ToySpace(), seed=5, shared=SharedStudy(storage, f"race-{name}"), **options)
     # the second looked at the study before the first recorded its proposal: a stale view
     monkeypatch.setattr(second.history, "seen", lambda: set())
     a = first.ask()
@@ -93,12 +94,12 @@ def test_two_processes_proposing_one_genotype_at_once_keep_one(storage, name, mo
 def test_a_proposal_past_the_shared_budget_is_failed_and_never_counted(storage, name: str) -> None:
     """Two processes with the last trial of the budget in sight both propose: the earlier
     proposal keeps the slot, the later one is marked over budget, failed, and counts nowhere."""
-    from rankitect.search._optuna import OVER_BUDGET_ATTR, claim_budget, import_optuna
-    from rankitect.search.runner import shared_trial_count
+    from rankitect.search._optuna import OVER_BUDGET_ATTR, import_optuna
+    from rankitect.search.shared import claim_budget, shared_trial_count
 
     study_name = f"budget-{name}"
-    first = build_strategy(name, ToySpace(), seed=0, storage=storage, study_name=study_name)
-    second = build_strategy(name, ToySpace(), seed=1, storage=storage, study_name=study_name)
+    first = build_strategy(name, ToySpace(), seed=0, shared=SharedStudy(storage, study_name))
+    second = build_strategy(name, ToySpace(), seed=1, shared=SharedStudy(storage, study_name))
     a = first.ask()
     assert claim_budget(storage, study_name, a.hash, budget=2)
     b, c = first.ask(), second.ask()  # both saw one trial taken, so both proposed the second

@@ -41,7 +41,8 @@ def test_four_processes_start_together_on_a_fresh_postgresql_storage(env: dict[s
 def _start_together_and_check(storage: str, env: dict[str, str], tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
-    from rankitect.search._optuna import counts, load_shared_study
+    from rankitect.search._optuna import counts
+    from rankitect.search.shared import load_shared_study
 
     argv = ["search", "--strategy", "random", "--trials", "4", "--storage", storage, "--study-name", "s", *TINY]
     procs = start_together([argv] * PROCESSES, env, tmp_path)

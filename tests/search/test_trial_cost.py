@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rankitect.search.trial import candidate_cost, candidates_per_request
+from rankitect.cost import measure
+from rankitect.search.trial import candidates_per_request
 from rankitect.serve.rocs import rocs_cost
 from rankitect.space import get_baseline
 from rankitect.space.flops import cost
@@ -34,7 +35,8 @@ def _fan_out(data) -> float:
 def test_plain_candidates_cost_their_full_flops(data) -> None:
     arch = get_baseline("dcnv2", data.spec)
     c = cost(arch, data.spec)
-    assert candidate_cost(arch, data) == (c.mflops, c.params)
+    measured = measure(arch, data.spec)
+    assert (measured.served_mflops, measured.params) == (c.mflops, c.params)
 
 
 @pytest.mark.parametrize("share", [None, 0.75])
@@ -43,7 +45,8 @@ def test_rocs_candidates_cost_their_request_shared_flops(data, share: float | No
     fan_out = _fan_out(data)
     assert fan_out == pytest.approx(4.0) and candidates_per_request(data) == pytest.approx(fan_out)
     parts = rocs_cost(arch, data.spec)
-    mflops, params = candidate_cost(arch, data)
+    measured = measure(arch, data.spec, candidates_per_request(data))
+    mflops, params = measured.served_mflops, measured.params
     assert mflops == pytest.approx((parts.per_candidate + parts.per_request / fan_out) / 1e6)
     assert params == cost(arch, data.spec).params
     assert mflops < cost(arch, data.spec).mflops  # sharing the request part is cheaper per example

@@ -2,7 +2,7 @@
 
 The supernet of a space is built on the ``meta`` device (shapes only, no memory, a fraction of a
 second), and its training state is counted the way the supernet trainer keeps it
-(:class:`~rankitect.search.supernet_train.SupernetTrainer`): the widest weights once, Adam's two
+(:class:`~rankitect.supernet.train.SupernetTrainer`): the widest weights once, Adam's two
 moments for every dense weight (they are allocated on a weight's first step), and row-wise
 Adagrad's one accumulator per embedding row. What one step's path needs on top (its cut weights,
 gradients and activations) is path-sized and small next to that.
@@ -66,7 +66,7 @@ class SupernetMemory:
 
 def estimate_supernet_memory(space: SearchSpace, spec: FeatureSpec) -> SupernetMemory:
     """The memory of ``Supernet(space, spec)`` and its training state, from a meta-device build."""
-    from rankitect.space.supernet import Supernet
+    from rankitect.supernet.model import Supernet
 
     with torch.device("meta"):
         supernet = Supernet(space, spec)

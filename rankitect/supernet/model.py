@@ -2,7 +2,7 @@
 
 Every op of every choice site is built once, through :func:`~rankitect.blocks.build_block`, at its
 widest (largest widths, token counts, ranks, depths and every optional part), and every input it
-can read has columns of its own (:mod:`rankitect.space.supernet_layout`). A *path* is a sample of
+can read has columns of its own (:mod:`rankitect.supernet.layout`). A *path* is a sample of
 the space (one option per label); ``supernet(batch, path)`` runs the architecture ``decode(path)``
 with each gene's weights cut from its site's widest block: the first units of each layer (NASRec's
 masks on the first units, computed by slicing so that dead units cost nothing) and the columns of
@@ -45,10 +45,10 @@ from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import Head, InputAdapter, RankingModel, build_model
 from rankitect.space.space import SearchSpace
-from rankitect.space.supernet_layout import Layout, Role
-from rankitect.space.supernet_presets import layout_for
-from rankitect.space.supernet_shared import SharedBlock, SupernetHead, Value, offset_of, units_of
-from rankitect.space.supernet_slicing import InPos, Params, Take, flat_positions, linear, pick, slice_block
+from rankitect.supernet.layout import Layout, Role
+from rankitect.supernet.presets import layout_for
+from rankitect.supernet.shared import SharedBlock, SupernetHead, Value, offset_of, units_of
+from rankitect.supernet.slicing import InPos, Params, Take, flat_positions, linear, pick, slice_block
 
 Shape = tuple[int, ...]
 Path = Mapping[str, Any]
@@ -141,7 +141,7 @@ class Supernet(nn.Module):
     Args:
         space: a preset space (``nasrec`` or ``engineer``).
         spec: the feature spec of the data.
-        layout: the preset's layout (default: :func:`~rankitect.space.supernet_presets.layout_for`).
+        layout: the preset's layout (default: :func:`~rankitect.supernet.presets.layout_for`).
         cache_size: planned paths and template modules kept (least recently used dropped).
     """
 
@@ -292,7 +292,7 @@ class Supernet(nn.Module):
         """Logits ``(B,)`` of the architecture ``decode(path)`` with weights cut from the supernet.
 
         ``gates`` scale what each label decides (DNAS); ``take(t, *index)`` cuts each weight (default
-        :func:`~rankitect.space.supernet_slicing.pick`, differentiable into the supernet's weights).
+        :func:`~rankitect.supernet.slicing.pick`, differentiable into the supernet's weights).
         """
         plan = self.plan(path)
         features = self.features(batch, path, gates, take)

@@ -1,8 +1,8 @@
-"""Supernet layouts of the ``nasrec`` and ``engineer`` presets (see :mod:`rankitect.space.supernet_layout`).
+"""Supernet layouts of the ``nasrec`` and ``engineer`` presets (see :mod:`rankitect.supernet.layout`).
 
 Each layout mirrors its preset's ``decode``: it names the sites (every op at its widest), the
 segments of their widest inputs, and, for a decoded architecture, the role of every gene. A layout
-that drifts from its preset fails loudly (:func:`~rankitect.space.supernet_layout.check_ops`).
+that drifts from its preset fails loudly (:func:`~rankitect.supernet.layout.check_ops`).
 
 >>> from rankitect.space import get_space
 >>> layout = layout_for(get_space("nasrec", num_blocks=2), tiny_spec_for_doctest())
@@ -21,7 +21,7 @@ from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.engineer import LAYER_KNOBS, LAYER_OPS, READOUTS, EngineerSpace
 from rankitect.space.nasrec import FLAT_OPS, NasrecSpace
 from rankitect.space.space import SearchSpace
-from rankitect.space.supernet_layout import HeadSite, Layout, Role, Site, check_ops, separate, shared
+from rankitect.supernet.layout import HeadSite, Layout, Role, Site, check_ops, separate, shared
 
 
 def tiny_spec_for_doctest() -> FeatureSpec:

@@ -21,9 +21,9 @@ from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator, entropy
-from rankitect.space.supernet import Supernet
-from rankitect.space.supernet_memory import SupernetMemory, estimate_supernet_memory, physical_memory
-from rankitect.space.supernet_slicing import Index, pick
+from rankitect.supernet.model import Supernet
+from rankitect.supernet.memory import SupernetMemory, estimate_supernet_memory, physical_memory
+from rankitect.supernet.slicing import Index, pick
 from rankitect.train.loop import BatchStream
 from rankitect.train.task import split_parameters
 from rankitect.train.optim import RowWiseAdagrad
@@ -264,38 +264,27 @@ def evaluate_path(supernet: Supernet, path: Path, batches: Iterable[Batch]) -> d
 
 
 class CurveLogger:
-    """Metrics of a long loop logged to one MLflow run in batches (``log_batch``), not one call each.
+    """Metrics of a long loop logged to one MLflow run in batches, not one call each.
 
     Args:
-        client: an ``mlflow.MlflowClient``.
+        tracker: the search's :class:`~rankitect.track.Tracker`.
         run_id: the run the curves belong to.
         flush_every: buffered values before a write (MLflow takes at most 1000 per call).
     """
 
-    def __init__(self, client: Any, run_id: str, flush_every: int = 500) -> None:
-        self.client, self.run_id, self.flush_every = client, run_id, min(flush_every, 1000)
-        self._buffer: list[Any] = []
+    def __init__(self, tracker: Any, run_id: str, flush_every: int = 500) -> None:
+        self.tracker, self.run_id, self.flush_every = tracker, run_id, min(flush_every, 1000)
+        self._buffer: list[tuple[str, float, int, int]] = []
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        self._buffer += [Metric(k, float(v), now, step) for k, v in metrics.items() if math.isfinite(v)]
+        self._buffer += [(k, float(v), now, step) for k, v in metrics.items() if math.isfinite(v)]
         if len(self._buffer) >= self.flush_every:
             self.flush()
 
     def flush(self) -> None:
-        for i in range(0, len(self._buffer), 1000):
-            self.client.log_batch(self.run_id, metrics=self._buffer[i:i + 1000])
+        self.tracker.log_curve(self.run_id, self._buffer)
         self._buffer = []
-
-
-def start_child_run(tracker: Any, parent_id: str, name: str, kind: str) -> str:
-    """A child run of the search ``parent_id`` tagged ``rankitect.kind=kind`` (e.g. ``supernet``)."""
-    from rankitect.track.mlflow_tracker import KIND, PARENT
-
-    run = tracker.client.create_run(tracker.experiment_id, run_name=name, tags={KIND: kind, PARENT: parent_id})
-    return run.info.run_id
 
 
 def save_supernet(tracker: Any, run_id: str, supernet: Any, space: Any, spec: Any) -> None:
@@ -315,7 +304,7 @@ def save_supernet(tracker: Any, run_id: str, supernet: Any, space: Any, spec: An
         save_file(state, str(folder / WEIGHTS_FILE))
         (folder / "space.json").write_text(json.dumps(space.to_dict()))
         spec.save(folder / "feature_spec.json")
-        tracker.client.log_artifacts(run_id, str(folder), SUPERNET_DIR)
+        tracker.log_artifacts(run_id, folder, SUPERNET_DIR)
 
 
 def load_supernet(folder: Any) -> Any:
@@ -327,7 +316,7 @@ def load_supernet(folder: Any) -> Any:
 
     from rankitect.data.spec import FeatureSpec
     from rankitect.space import get_space
-    from rankitect.space.supernet import Supernet
+    from rankitect.supernet.model import Supernet
 
     folder = Path(folder)
     space_d = json.loads((folder / "space.json").read_text())
@@ -341,4 +330,4 @@ SUPERNET_DIR = "supernet"
 WEIGHTS_FILE = "weights.safetensors"
 
 __all__ = ["CurveLogger", "SliceAdam", "SupernetTrainer", "batches", "build_supernet", "check_supernet_memory",
-           "evaluate_path", "frozen", "load_supernet", "memory_budget", "save_supernet", "start_child_run"]
+           "evaluate_path", "frozen", "load_supernet", "memory_budget", "save_supernet"]

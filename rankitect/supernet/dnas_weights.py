@@ -16,7 +16,7 @@ the labels; its gradient in ``p_{l,i}`` is the FLOPs that option ``i`` of label 
 
 >>> import numpy as np
 >>> from rankitect.space import get_space
->>> from rankitect.space.supernet import Supernet
+>>> from rankitect.supernet.model import Supernet
 >>> from rankitect.space.testing import tiny_spec
 >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
 >>> supernet = Supernet(space, tiny_spec())

@@ -9,9 +9,9 @@ import torch
 from rankitect.config import TrainConfig
 from rankitect.data.spec import FeatureSpec, SparseFeature
 from rankitect.errors import ConfigError
-from rankitect.search.supernet_train import SupernetTrainer, batches, build_supernet, check_supernet_memory
+from rankitect.supernet.train import SupernetTrainer, batches, build_supernet, check_supernet_memory
 from rankitect.space import get_space
-from rankitect.space.supernet_memory import estimate_supernet_memory
+from rankitect.supernet.memory import estimate_supernet_memory
 from rankitect.space.testing import tiny_spec
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC, small_space

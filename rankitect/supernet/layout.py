@@ -8,7 +8,7 @@ segments get weights of their own. A gene of a decoded architecture gets a *role
 weights it uses, the port it writes, and the labels whose gates scale its output and its inputs
 (DNAS straight-through gradients; a gate's forward value is 1).
 
-A preset supplies a :class:`Layout` (see :mod:`rankitect.space.supernet_presets`).
+A preset supplies a :class:`Layout` (see :mod:`rankitect.supernet.presets`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The widest blocks of a supernet and where a path's inputs sit in their inputs.
 
-:class:`SharedBlock` is one site at its widest (:mod:`rankitect.space.supernet_layout`): a field
+:class:`SharedBlock` is one site at its widest (:mod:`rankitect.supernet.layout`): a field
 op's projection of flat inputs to tokens and the block, built through
 :func:`~rankitect.blocks.build_block`; :class:`SupernetHead` is the head at its widest. A widest
 input is the concatenation of its segments; a port's units start at its segment's offset.
@@ -16,8 +16,8 @@ from torch import nn
 
 from rankitect.blocks.base import FIELD, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear
-from rankitect.space.supernet_layout import HeadSite, Segments, Site
-from rankitect.space.supernet_slicing import InPos, Params, Take, flat_positions, linear, pick, widest_params
+from rankitect.supernet.layout import HeadSite, Segments, Site
+from rankitect.supernet.slicing import InPos, Params, Take, flat_positions, linear, pick, widest_params
 
 Shape = tuple[int, ...]
 

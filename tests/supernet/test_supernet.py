@@ -9,7 +9,7 @@ import torch
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.space import build_model, cost, get_space
-from rankitect.space.supernet import Supernet
+from rankitect.supernet.model import Supernet
 from rankitect.space.testing import tiny_batch
 from tests.space.conftest import SMALL_NASREC, small_space
 

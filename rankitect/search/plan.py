@@ -1,0 +1,70 @@
+"""Proposers with a phase of their own: a supernet trained first, then what it chose, one by one.
+
+``oneshot`` and ``dnas`` are such proposers. The runner calls :meth:`PlanProposer.start` once,
+after the baselines: the proposer trains its supernet (:meth:`PlanProposer.search`) and keeps the
+architectures it chose as its *plan*; each ask then hands out the next planned architecture not
+yet recorded, to be trained from scratch like any candidate. The plan is part of the
+``state_dict``, so a resumed search retrains what is left of it and trains no supernet again.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, arch_hash
+
+if TYPE_CHECKING:
+    from rankitect.space import Architecture
+
+
+class PlanProposer(Strategy):
+    """Proposes the architectures its own :meth:`search` chose, each once (never pruned: each was
+    chosen to be trained in full)."""
+
+    prunable: ClassVar[bool] = False
+
+    def __init__(self, space: Any, *, seed: int, objective: Any = None) -> None:
+        super().__init__(space, seed=seed, objective=objective)
+        self.plan: list[Architecture] = []
+        self._done: set[str] = set()  # told, or recorded before a resume
+        self._pending: set[str] = set()
+        self._echo: Any = print
+
+    @abstractmethod
+    def search(self, context: SearchContext) -> list[Architecture]:
+        """The supernet phase: the architectures to retrain from scratch, best first."""
+
+    def start(self, context: SearchContext) -> None:
+        self._echo = context.echo
+        if not self.plan:
+            self.plan = self.search(context)
+        self._done |= {a.hash for a in self.plan} & context.finished
+
+    def planned(self) -> list[Architecture]:
+        return list(self.plan)
+
+    def ask(self) -> Architecture:
+        for arch in self.plan:
+            h = arch_hash(arch)
+            if h not in self._done and h not in self._pending:
+                self._pending.add(h)
+                self._echo(f"{self.name}: retraining {h} from scratch")
+                return arch
+        raise SpaceExhausted(f"{self.name}: every architecture the supernet chose was proposed")
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        h = arch_hash(arch)
+        if h not in self._pending:
+            raise ValueError(f"told architecture {h} that was not asked (or was told already)")
+        self._pending.discard(h)
+        self._done.add(h)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "plan": [a.to_dict() for a in self.plan]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from rankitect.space.architecture import Architecture
+
+        super().load_state_dict(state)
+        self.plan = [Architecture.from_dict(d) for d in state.get("plan", [])]

@@ -1,0 +1,14 @@
+"""rankitect.supernet: one weight-sharing model over a whole search space, and how it is trained.
+
+Below ``search`` (whose ``oneshot`` and ``dnas`` proposers train it), above ``space`` and ``train``:
+
+* :mod:`~rankitect.supernet.model`: :class:`~rankitect.supernet.model.Supernet`, every path of a
+  preset space in one module, a path's weights cut from the widest ones;
+* :mod:`~rankitect.supernet.layout`, :mod:`~rankitect.supernet.presets`: where each choice of a
+  preset sits in the supernet;
+* :mod:`~rankitect.supernet.shared`, :mod:`~rankitect.supernet.slicing`: shared widest blocks and
+  how a narrower block's weights are cut from them;
+* :mod:`~rankitect.supernet.memory`: what training the supernet holds in memory, before it is built;
+* :mod:`~rankitect.supernet.train`: training it on paths, scoring a path, saving it;
+* :mod:`~rankitect.supernet.dnas_weights`: DNAS architecture weights over the space's choices.
+"""
