@@ -276,3 +276,17 @@ def test_leaning_towards_a_path_makes_its_architecture_the_most_probable() -> No
         n = len(space.choices[label].options)
         i = space.choices[label].index(path[label])
         assert float(probs[label][i]) == pytest.approx(np.exp(0.5) / (np.exp(0.5) + n - 1))  # softmax by hand
+
+
+def test_dnas_takes_the_baselines_its_space_holds() -> None:
+    from rankitect.search.base import TrialResult
+    from rankitect.search.dnas import DnasSearch
+    from rankitect.space.baselines import get_baseline
+
+    space = three_slots()
+    inside = space.decode(space.sample(np.random.default_rng(1)))
+    strategy = DnasSearch(space, seed=0, objective=Objective())
+    assert strategy.observe(inside, TrialResult(val_ne=0.8, mflops=1.0))
+    assert not strategy.observe(inside, TrialResult(val_ne=0.8, mflops=1.0, status="failed"))
+    outside = get_baseline("wukong", tiny_spec())
+    assert space.encode(outside) is None and not strategy.observe(outside, TrialResult(val_ne=0.7, mflops=1.0))
