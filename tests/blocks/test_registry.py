@@ -12,6 +12,38 @@ def test_every_block_is_registered() -> None:
     assert expected <= set(BLOCKS)
 
 
+def test_a_new_block_file_registers_itself_on_import(tmp_path) -> None:
+    """Adding an op is one file in the package: no list in ``__init__`` to extend."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import rankitect
+
+    shutil.copytree(Path(rankitect.__file__).parent, tmp_path / "rankitect",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "rankitect" / "blocks" / "toy_scale.py").write_text(
+        "import torch\n"
+        "from rankitect.blocks.base import FLAT, Block, register_block\n\n\n"
+        "@register_block('toy_scale')\n"
+        "class ToyScale(Block):\n"
+        "    in_kind = FLAT\n"
+        "    out_kind = FLAT\n\n"
+        "    def __init__(self, in_features: int) -> None:\n"
+        "        super().__init__()\n"
+        "        self.out_features = in_features\n\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        return 2 * x  # (B, D)\n"
+    )
+    probe = "import rankitect.blocks as b; print(b.BLOCKS['toy_scale'].__module__)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "rankitect.blocks.toy_scale"
+    assert "toy_scale" not in BLOCKS  # the copy's registry, not this one
+
+
 def test_duplicate_name_raises() -> None:
     class Another(Block):
         pass
