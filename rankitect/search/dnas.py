@@ -266,10 +266,7 @@ class DnasSearch(PlanProposer):
                  config: DnasConfig | None = None, rocs: bool = False) -> None:
         self.config = config if config is not None else DnasConfig()
         check_dnas_config(self.config)
-        if rocs:
-            raise ConfigError("config key 'search.rocs': the dnas supernet holds no ROCS-masked blocks yet; "
-                              "search ROCS architectures with random, evolution, tpe or nsga2")
-        super().__init__(space, seed=seed, objective=objective)
+        super().__init__(space, seed=seed, objective=objective, rocs=rocs)
         self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
 
     def budget(self, trials: int) -> int:

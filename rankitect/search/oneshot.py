@@ -196,10 +196,7 @@ class OneShotSearch(PlanProposer):
                  config: OneShotConfig | None = None, rocs: bool = False) -> None:
         self.config = config if config is not None else OneShotConfig()
         check_oneshot_config(self.config)
-        if rocs:
-            raise ConfigError("config key 'search.rocs': the oneshot supernet holds no ROCS-masked blocks yet; "
-                              "search ROCS architectures with random, evolution, tpe or nsga2")
-        super().__init__(space, seed=seed, objective=objective)
+        super().__init__(space, seed=seed, objective=objective, rocs=rocs)
 
     def budget(self, trials: int) -> int:
         return self.config.top_k

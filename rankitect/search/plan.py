@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rankitect.errors import ConfigError
 from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, arch_hash
 
 if TYPE_CHECKING:
@@ -24,7 +25,10 @@ class PlanProposer(Strategy):
 
     prunable: ClassVar[bool] = False
 
-    def __init__(self, space: Any, *, seed: int, objective: Any = None) -> None:
+    def __init__(self, space: Any, *, seed: int, objective: Any = None, rocs: bool = False) -> None:
+        if rocs:
+            raise ConfigError(f"config key 'search.rocs': the {self.name} supernet holds no ROCS-masked blocks yet; "
+                              "search ROCS architectures with random, evolution, tpe or nsga2")
         super().__init__(space, seed=seed, objective=objective)
         self.plan: list[Architecture] = []
         self._done: set[str] = set()  # told, or recorded before a resume
