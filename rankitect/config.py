@@ -91,7 +91,7 @@ class OneShotConfig:
     finetune_batches: int = 4  # training batches whose features the head is fine-tuned on
     finetune_steps: int = 20  # head-only steps over those features before a child is scored
     score_batches: int = 10  # validation batches a child is scored on
-    top_k: int = 2  # best scored children retrained from scratch
+    top_k: int = 2  # best scored children retrained from scratch (with search.time_budget: search.trials, until it is spent)
     log_every: int = 10
 
 
@@ -106,10 +106,12 @@ class DnasConfig:
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
     start_logit: float = 1.0  # the best baseline in the space starts this much more probable per choice; 0: uniform
-    arch_split: Literal["train", "val"] = "train"  # train: one forward steps both; val: bi-level, two forwards
+    estimator: Literal["reinforce", "gumbel"] = "reinforce"  # architecture gradient: score function or straight-through
+    samples: int = 2  # reinforce: paths scored against each other on one batch per architecture step
+    arch_split: Literal["train", "val"] = "train"  # batches the architecture steps on (train: rows not yet seen)
     tau_start: float = 5.0
     tau_end: float = 0.5
-    top_k: int = 1  # most probable architectures retrained from scratch
+    top_k: int = 1  # most probable architectures retrained (with search.time_budget: search.trials, until it is spent)
     log_every: int = 10
 
 
@@ -218,6 +220,7 @@ RANGES: dict[str, Range] = {
     "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
+    "search.dnas.samples": Range(2),
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }
 # Keys bounded by another key: (key, bound, what the bound is called).

@@ -56,6 +56,11 @@ def check_dnas_config(cfg: DnasConfig) -> None:
     if not cfg.epochs > 0 or cfg.stable_steps < 0:
         raise ConfigError(f"search.dnas.epochs must be > 0 and stable_steps >= 0, got {cfg.epochs!r}, "
                           f"{cfg.stable_steps!r}")
+    if cfg.estimator not in ("reinforce", "gumbel"):
+        raise ConfigError(f"search.dnas.estimator must be 'reinforce' or 'gumbel', got {cfg.estimator!r}")
+    if cfg.estimator == "reinforce" and cfg.samples < 2:
+        raise ConfigError(f"search.dnas.samples must be >= 2 (each path is scored against the others), got "
+                          f"{cfg.samples!r}")
     if cfg.warmup_steps < 0 or cfg.arch_lr <= 0:
         raise ConfigError(f"search.dnas.warmup_steps must be >= 0 and arch_lr > 0, got {cfg.warmup_steps!r}, "
                          f"{cfg.arch_lr!r}")
@@ -89,6 +94,7 @@ class ArchStep:
     expected: ExpectedFlops
     objective: Objective
     refresh_every: int = 3  # architecture steps between moves of the penalty's expansion point
+    last_paths: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)
     _point: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _age: int = field(default=0, init=False, repr=False)
 
@@ -141,6 +147,40 @@ class ArchStep:
         if self.trainer.skipped == skipped:
             self._update()
         return {"train/loss": loss, **seen, "arch/sample_mflops": sampled}
+
+    def reinforce(self, batch: Batch, generator: torch.Generator, samples: int) -> dict[str, float]:
+        """An architecture step by the score function (REINFORCE, leave-one-out baseline): ``samples``
+        paths drawn from the current distribution are scored on one batch with the weights as they
+        are (forward only); each path's log-probability is pushed by how much better its objective
+        is than the mean of the others on the same batch. Every option of every label competes on
+        its score, empty options (no layer, no cross) included, and the batch's difficulty cancels
+        out of each comparison. Returns the first path's metrics; ``arch/path`` is that path.
+        """
+        paths = [self.weights.sample(generator) for _ in range(samples)]
+        values, nes, flops = [], [], []
+        with torch.no_grad():
+            for path in paths:
+                ne = float(self.trainer.ne(self.supernet(batch, path, take=frozen), batch.labels))
+                ne = ne if math.isfinite(ne) else self.trainer.max_ne
+                mflops = self.supernet.path_flops(path) / 1e6
+                value = float(self.objective.torch_value(torch.tensor(min(ne, self.trainer.max_ne)),
+                                                         torch.tensor(mflops)))
+                values.append(value)
+                nes.append(ne)
+                flops.append(mflops)
+        total = sum(values)
+        surrogate = torch.zeros(())
+        for path, value in zip(paths, values):
+            advantage = value - (total - value) / (samples - 1)
+            surrogate = surrogate + advantage * self.weights.log_prob(path)
+        params = self.weights.arch_parameters()
+        grads = torch.autograd.grad(surrogate / samples, params, allow_unused=True)
+        for p, g in zip(params, grads):
+            p.grad = g
+        self._update()
+        self.last_paths = paths
+        return {"arch/ne": nes[0], "arch/objective": values[0], "arch/sample_mflops": flops[0],
+                "arch/spread": max(values) - min(values)}
 
     def _update(self) -> None:
         """Step the architecture weights on the gradients they hold (none: zero)."""
@@ -208,7 +248,13 @@ def dnas_search(
     for step in bar:
         tau = tau_at(step, steps, cfg.tau_start, cfg.tau_end)
         arch_now = step >= warmup and (step - warmup) % cfg.arch_every == 0
-        if arch_now and cfg.arch_split == "train":
+        if cfg.estimator == "reinforce":
+            batch = next(train_it)
+            row = arch_step.reinforce(batch if cfg.arch_split == "train" else next(val_it), generator,
+                                      cfg.samples) if arch_now else {}
+            path = arch_step.last_paths[0] if arch_now else weights.sample(generator)
+            row["train/loss"] = trainer.step(batch, path)
+        elif arch_now and cfg.arch_split == "train":
             row = arch_step.joint(next(train_it), generator, tau)
         else:
             row = {"train/loss": trainer.step(next(train_it), weights.sample(generator))}
@@ -260,17 +306,15 @@ class DnasSearch(PlanProposer):
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         config: the ``search.dnas`` settings.
         rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
+        fill: see :class:`~rankitect.search.plan.PlanProposer` (a time budget retrains more than ``top_k``).
     """
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
-                 config: DnasConfig | None = None, rocs: bool = False) -> None:
+                 config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         self.config = config if config is not None else DnasConfig()
         check_dnas_config(self.config)
-        super().__init__(space, seed=seed, objective=objective, rocs=rocs)
+        super().__init__(space, seed=seed, objective=objective, rocs=rocs, fill=fill)
         self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
-
-    def budget(self, trials: int) -> int:
-        return self.config.top_k
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: the search starts around the best one."""
@@ -299,7 +343,7 @@ class DnasSearch(PlanProposer):
         tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
         tracker.end_run(run_id, "FINISHED")
         archs = []
-        for path in weights.most_probable(cfg.top_k):
+        for path in weights.most_probable(self.plan_size):
             archs.append(self.space.decode(path))
             context.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
         return archs

@@ -190,16 +190,14 @@ class OneShotSearch(PlanProposer):
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         config: the ``search.oneshot`` settings.
         rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
+        fill: see :class:`~rankitect.search.plan.PlanProposer` (a time budget retrains more than ``top_k``).
     """
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
-                 config: OneShotConfig | None = None, rocs: bool = False) -> None:
+                 config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         self.config = config if config is not None else OneShotConfig()
         check_oneshot_config(self.config)
-        super().__init__(space, seed=seed, objective=objective, rocs=rocs)
-
-    def budget(self, trials: int) -> int:
-        return self.config.top_k
+        super().__init__(space, seed=seed, objective=objective, rocs=rocs, fill=fill)
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
@@ -226,7 +224,7 @@ class OneShotSearch(PlanProposer):
 
         scored = evolve(supernet, scorer, evolution, cfg.population + cfg.children, on_scored=log_scored,
                         progress=context.progress)
-        return best_scored(scored, self.objective, cfg.top_k)
+        return best_scored(scored, self.objective, self.plan_size)
 
 
 __all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",

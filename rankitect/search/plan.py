@@ -21,19 +21,39 @@ if TYPE_CHECKING:
 
 class PlanProposer(Strategy):
     """Proposes the architectures its own :meth:`search` chose, each once (never pruned: each was
-    chosen to be trained in full)."""
+    chosen to be trained in full).
+
+    Args:
+        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        rocs: the space is ROCS-masked (refused: no supernet holds ROCS-masked blocks yet).
+        fill: with a time budget, plan this many architectures (``search.trials``) where that is
+            more than ``config.top_k`` (see :attr:`plan_size`); 0: ``top_k``.
+    """
+
+    config: Any  # the strategy's section (search.oneshot, search.dnas), with a top_k
 
     prunable: ClassVar[bool] = False
 
-    def __init__(self, space: Any, *, seed: int, objective: Any = None, rocs: bool = False) -> None:
+    def __init__(self, space: Any, *, seed: int, objective: Any = None, rocs: bool = False, fill: int = 0) -> None:
         if rocs:
             raise ConfigError(f"config key 'search.rocs': the {self.name} supernet holds no ROCS-masked blocks yet; "
                               "search ROCS architectures with random, evolution, tpe or nsga2")
         super().__init__(space, seed=seed, objective=objective)
+        self.fill = fill
         self.plan: list[Architecture] = []
         self._done: set[str] = set()  # told, or recorded before a resume
         self._pending: set[str] = set()
         self._echo: Any = print
+
+    @property
+    def plan_size(self) -> int:
+        """Architectures to plan: the section's ``top_k``, or ``fill`` where that is more (a search
+        with a time budget plans ``search.trials`` of them, best first, and retrains them in that
+        order until the budget is spent: the wall clock a sampling strategy spends on candidates)."""
+        return max(self.config.top_k, self.fill)
+
+    def budget(self, trials: int) -> int:
+        return self.plan_size
 
     @abstractmethod
     def search(self, context: SearchContext) -> list[Architecture]:

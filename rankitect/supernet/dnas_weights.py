@@ -96,6 +96,25 @@ class ArchitectureWeights(nn.Module):
         for label in self.space.active(path):
             self.logits[self.labels.index(label)][self.space.choices[label].index(path[label])] += logit
 
+    def log_prob(self, path: Mapping[str, Any]) -> torch.Tensor:
+        """``log p(path)`` over the labels the path's architecture reads (differentiable): labels
+        it ignores change nothing about the architecture and carry no credit for its score.
+
+        >>> import numpy as np
+        >>> from rankitect.space import get_space
+        >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
+        >>> w = ArchitectureWeights(space)
+        >>> path = space.sample(np.random.default_rng(0))
+        >>> sizes = [len(space.choices[label].options) for label in space.active(path)]
+        >>> bool(torch.isclose(w.log_prob(path), -torch.tensor(sizes, dtype=torch.float).log().sum()))
+        True
+        """
+        total = torch.zeros(())
+        for label in self.space.active(path):
+            a = self.logits[self.labels.index(label)]
+            total = total + torch.log_softmax(a, dim=0)[self.space.choices[label].index(path[label])]
+        return total
+
     @torch.no_grad()
     def sample(self, generator: torch.Generator) -> Path:
         """A path drawn from the current distribution (Gumbel-max: no temperature, no gradient)."""

@@ -117,11 +117,12 @@ def test_one_forward_step_trains_the_weights_as_a_plain_step_and_moves_the_archi
 
 
 def run_dnas(
-    data: ClickData, objective: Objective, seed: int = 0, steps: int = 60, space=None
+    data: ClickData, objective: Objective, seed: int = 0, steps: int = 60, space=None, estimator: str = "gumbel",
 ) -> tuple[Supernet, ArchitectureWeights]:
     supernet = build_supernet(space or three_slots(), data.spec, seed)
     # every step run: these tests check where a fixed number of steps leads, not when to stop
-    cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=0)
+    cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=0,
+                     estimator=estimator)
     return supernet, dnas_search(supernet, data, TRAIN, cfg, objective, seed=seed)
 
 
@@ -130,25 +131,31 @@ def median_cost(space, spec) -> float:
     return float(np.median([supernet.path_flops(space.sample(np.random.default_rng(i))) for i in range(100)]))
 
 
+@pytest.mark.parametrize("estimator", ["gumbel", "reinforce"])
 @pytest.mark.parametrize("preset", ["nasrec", "engineer"])
-def test_large_absolute_penalty_lands_within_ten_percent_of_the_target(data: ClickData, preset: str) -> None:
+def test_large_absolute_penalty_lands_within_ten_percent_of_the_target(data: ClickData, preset: str,
+                                                                        estimator: str) -> None:
     space = three_slots() if preset == "nasrec" else small_space("engineer")
     target = median_cost(space, data.spec) / 1e6
-    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="absolute", weight=5.0), space=space)
+    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="absolute", weight=5.0), space=space,
+                                 estimator=estimator, steps=60 if estimator == "gumbel" else 150)
     derived = supernet.path_flops(weights.argmax()) / 1e6
     assert abs(derived / target - 1) <= 0.10, (derived, target)
 
 
-def test_large_relaxed_penalty_lands_below_the_target(data: ClickData) -> None:
+@pytest.mark.parametrize("estimator", ["gumbel", "reinforce"])
+def test_large_relaxed_penalty_lands_below_the_target(data: ClickData, estimator: str) -> None:
     target = median_cost(three_slots(), data.spec) / 1e6
-    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="relaxed", weight=5.0))
+    supernet, weights = run_dnas(data, Objective(target_mflops=target, penalty="relaxed", weight=5.0),
+                                 estimator=estimator, steps=60 if estimator == "gumbel" else 150)
     assert supernet.path_flops(weights.argmax()) / 1e6 <= target
 
 
-def test_a_fixed_seed_derives_the_same_architecture(data: ClickData) -> None:
+@pytest.mark.parametrize("estimator", ["gumbel", "reinforce"])
+def test_a_fixed_seed_derives_the_same_architecture(data: ClickData, estimator: str) -> None:
     objective = Objective()
-    _, first = run_dnas(data, objective, seed=3, steps=20)
-    _, again = run_dnas(data, objective, seed=3, steps=20)
+    _, first = run_dnas(data, objective, seed=3, steps=20, estimator=estimator)
+    _, again = run_dnas(data, objective, seed=3, steps=20, estimator=estimator)
     assert first.argmax() == again.argmax()
     for a, b in zip(first.arch_parameters(), again.arch_parameters()):
         assert torch.equal(a, b)
