@@ -83,7 +83,8 @@ class EvolutionConfig:
 class OneShotConfig:
     """The ``oneshot`` strategy: train a supernet on single paths, evolve on inherited weights."""
 
-    supernet_steps: int = 600
+    supernet_steps: int = 600  # at most; see epochs
+    epochs: float = 1.0  # steps at most this many passes over the train split (warmup shrinks in proportion)
     warmup_steps: int = 200  # the widest path is drawn with a probability falling linearly to 0
     population: int = 16
     sample_size: int = 4
@@ -211,7 +212,8 @@ RANGES: dict[str, Range] = {
     "search.pruning_reduction": Range(2), "search.pruning_min_validations": AT_LEAST_1,
     "search.penalty_weight": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
     "search.evolution.population": AT_LEAST_1, "search.evolution.sample_size": AT_LEAST_1,
-    "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.warmup_steps": AT_LEAST_0,
+    "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.epochs": POSITIVE,
+    "search.oneshot.warmup_steps": AT_LEAST_0,
     "search.oneshot.population": AT_LEAST_1, "search.oneshot.sample_size": AT_LEAST_1,
     "search.oneshot.children": AT_LEAST_0, "search.oneshot.finetune_batches": AT_LEAST_1,
     "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,

@@ -26,7 +26,6 @@ choice, the expected MFLOPs and the temperature are logged to a ``supernet`` chi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +42,7 @@ from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
+    supernet_schedule,
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
@@ -68,19 +68,15 @@ def check_dnas_config(cfg: DnasConfig) -> None:
 
 
 def dnas_schedule(cfg: DnasConfig, train_rows: int, batch_size: int) -> tuple[int, int]:
-    """Weight steps and warmup steps of a search on ``train_rows`` training rows.
-
-    ``supernet_steps`` or ``epochs`` passes over the train split, whichever is fewer: a candidate
-    trains for several epochs under the training protocol, so a supernet that sees each row about
-    once costs about one training whatever the data's size. The warmup keeps its share of the steps
-    and the temperature anneals over the steps run.
+    """Weight steps and warmup steps of a search on ``train_rows`` training rows: ``supernet_steps``
+    or ``epochs`` passes over the train split, whichever is fewer, the warmup keeping its share
+    (:func:`~rankitect.supernet.train.supernet_schedule`, as one-shot's); the temperature anneals
+    over the steps run.
 
     >>> dnas_schedule(DnasConfig(), 80_000, 512), dnas_schedule(DnasConfig(), 10**6, 512)
     ((157, 26), (300, 50))
     """
-    per_epoch = math.ceil(train_rows / batch_size)
-    steps = max(1, min(cfg.supernet_steps, math.ceil(cfg.epochs * per_epoch)))
-    return steps, cfg.warmup_steps * steps // cfg.supernet_steps
+    return supernet_schedule(cfg.supernet_steps, cfg.warmup_steps, cfg.epochs, train_rows, batch_size)
 
 
 @dataclass

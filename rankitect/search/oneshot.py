@@ -4,7 +4,9 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
 
 1. **Supernet training** by uniform single-path sampling: each step draws a path of the space
    uniformly; during warm-up the widest path is drawn instead with a probability falling linearly
-   from 1 to 0 at ``warmup_steps``, so every weight gets trained early.
+   from 1 to 0 at ``warmup_steps``, so every weight gets trained early. Like DNAS's, the training
+   is sized to the data (:func:`oneshot_schedule`): ``supernet_steps`` or ``epochs`` passes over
+   the train split, whichever is fewer, the warm-up keeping its share of the steps.
 2. **Regularized evolution** (:class:`~rankitect.search.evolution.RegularizedEvolution`) where each
    child is scored without training it: its weights are cut from the supernet, its head is
    fine-tuned for ``finetune_steps`` steps on the features of ``finetune_batches`` fixed training
@@ -37,7 +39,7 @@ from rankitect.search.evolution import RegularizedEvolution
 from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
-    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet,
+    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, supernet_schedule,
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
@@ -53,10 +55,22 @@ def check_oneshot_config(cfg: OneShotConfig) -> None:
     for key in ("warmup_steps", "children", "finetune_batches", "finetune_steps"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"search.oneshot.{key} must be >= 0, got {getattr(cfg, key)!r}")
+    if not cfg.epochs > 0:
+        raise ConfigError(f"search.oneshot.epochs must be > 0, got {cfg.epochs!r}")
     if cfg.finetune_steps and not cfg.finetune_batches:
         raise ConfigError("search.oneshot.finetune_steps needs finetune_batches >= 1")
     if cfg.sample_size > cfg.population:
         raise ConfigError(f"search.oneshot.sample_size={cfg.sample_size} exceeds population={cfg.population}")
+
+
+def oneshot_schedule(cfg: OneShotConfig, train_rows: int, batch_size: int) -> tuple[int, int]:
+    """Supernet steps and warm-up steps (the widest path's probability reaching 0) on ``train_rows``
+    training rows (:func:`~rankitect.supernet.train.supernet_schedule`).
+
+    >>> oneshot_schedule(OneShotConfig(), 80_000, 512), oneshot_schedule(OneShotConfig(), 10**6, 512)
+    ((157, 52), (600, 200))
+    """
+    return supernet_schedule(cfg.supernet_steps, cfg.warmup_steps, cfg.epochs, train_rows, batch_size)
 
 
 def widest_probability(step: int, warmup_steps: int) -> float:
@@ -72,19 +86,21 @@ def train_supernet(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: OneShotConfig, *, seed: int,
     curves: CurveLogger | None = None, progress: bool = False,
 ) -> list[float]:
-    """Train ``supernet`` for ``cfg.supernet_steps`` steps, one path a step; returns the losses."""
+    """Train ``supernet`` for the steps of :func:`oneshot_schedule` on ``data``, one path a step;
+    returns the losses."""
+    steps, warmup = oneshot_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
     rng = np.random.default_rng(seed)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
     stream = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
     losses, taken = [], []
-    bar = tqdm(range(cfg.supernet_steps), desc="supernet", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(range(steps), desc="supernet", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        p_widest = widest_probability(step, cfg.warmup_steps)
+        p_widest = widest_probability(step, warmup)
         path = supernet.widest_path(rng) if rng.random() < p_widest else supernet.space.sample(rng)
         skipped = trainer.skipped
         losses.append(trainer.step(next(stream), path))
         taken.append(trainer.skipped == skipped)
-        if step % cfg.log_every == 0 or step == cfg.supernet_steps - 1:
+        if step % cfg.log_every == 0 or step == steps - 1:
             window = [loss for loss, ok in zip(losses[-cfg.log_every:], taken[-cfg.log_every:]) if ok]
             row = {"train/loss": float(np.mean(window)) if window else math.nan,
                    "train/skipped": 1.0 - float(np.mean(taken[-cfg.log_every:])), "train/p_widest": p_widest}
@@ -205,8 +221,9 @@ class OneShotSearch(PlanProposer):
         memory = check_supernet_memory(self.space, data.spec, context.memory_budget, context.flops_range)
         context.echo(f"oneshot: supernet estimated at {memory.describe()}")
         supernet = build_supernet(self.space, data.spec, seed)
+        steps, warmup = oneshot_schedule(cfg, len(data.split("train")), context.train_cfg.batch_size)
         context.echo(f"oneshot: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
-                     f"{cfg.supernet_steps} steps")
+                     f"{steps} steps (widest-path warm-up over {warmup})")
         run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(tracker, run_id)
         train_supernet(supernet, data, context.train_cfg, cfg, seed=seed, curves=curves, progress=context.progress)
@@ -228,4 +245,4 @@ class OneShotSearch(PlanProposer):
 
 
 __all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",
-           "train_supernet", "widest_probability"]
+           "oneshot_schedule", "train_supernet", "widest_probability"]

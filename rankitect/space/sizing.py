@@ -16,6 +16,15 @@ preset's menus follow the data instead:
   candidates beyond the range; narrower ones would leave its upper part empty.
 * ``engineer`` menus then get the values the six baselines use (their widths, fields, rank), so
   the sized space contains every baseline: searches start from them and can return them.
+* **Widest corner.** The supernet of the space (:mod:`rankitect.supernet`) allocates every site at
+  the largest value of every menu at once, a corner no probe draws: on the synthetic default spec a
+  full-rank DCN over the dot readout of two 54-field Wukong outputs held 238M weights for a range
+  ending at 12 MFLOPs. While the largest site holds more than :func:`site_cap` weights
+  (:data:`SITE_CAP` models at the range's upper end), the menu top whose removal shrinks it the
+  most is dropped (ties: the fewest dense weights), re-estimated each time
+  (:func:`~rankitect.supernet.memory.estimate_supernet_memory`, a meta-device build). Baseline
+  values are never dropped, so a space stays over the cap only where the baselines' own values
+  make such a site.
 
 ``nasrec_full`` keeps NASRec-Full's menus whatever the data (``search.space=nasrec_full``), as does
 ``search.flops_range=null`` for any preset.
@@ -39,6 +48,7 @@ from rankitect.space.architecture import Architecture
 from rankitect.space.baselines import BASELINES, get_baseline
 from rankitect.space.flops import cost
 from rankitect.space.space import SearchSpace, get_space
+from rankitect.supernet.memory import estimate_supernet_memory
 
 PROBES = 16  # uniform samples costed per ladder rung
 QUANTILE = 0.9  # of their FLOPs, kept at or below the range's upper end
@@ -50,6 +60,14 @@ BASELINE_MENUS: dict[str, tuple[int, ...]] = {
     "cross_ranks": (0,), "dense_tokens": (1,),
 }
 SIZED = ("nasrec", "engineer")
+# A supernet site may hold this many times the weights of a model at the range's upper end (a
+# weight costs 2 FLOPs an example): a path through a site's widest corner then costs a few times
+# the upper end, about the costliest of the probes, and no site dwarfs every candidate that can
+# use it. 1 would cut menus below what the probes already keep in range (a path's FLOPs spread over
+# several sites); 4 still leaves the widest supernet near 10^8 weights, not 10^9.
+SITE_CAP = 4.0
+# Menus whose top value may be dropped to keep the widest corner within the cap.
+CAPPED = ("widths", "layer_widths", "tokens", "fields", "dense_tokens", "wukong_ranks", "heads", "cross_ranks")
 
 
 def baseline_mflops(spec: FeatureSpec, *, embedding_dim: int = 16) -> dict[str, float]:
@@ -106,6 +124,53 @@ def _menus(name: str, spec: FeatureSpec, top: int, embedding_dim: int, *, baseli
     return {k: _merge(v, keep.get(k, ())) for k, v in menus.items()}
 
 
+def site_cap(high: float) -> int:
+    """Weights the largest supernet site of a space sized to a range ending at ``high`` MFLOPs may
+    hold: :data:`SITE_CAP` times the weights of a model at ``high`` (2 FLOPs a weight).
+
+    >>> site_cap(12.0)
+    24000000
+    """
+    return int(SITE_CAP * high * 1e6 / 2)
+
+
+def _widest(name: str, spec: FeatureSpec, base: dict[str, Any], menus: dict[str, Any]) -> tuple[int, int]:
+    """Weights of the largest site and dense weights of the supernet of ``name`` with ``menus``."""
+    memory = estimate_supernet_memory(get_space(name, **base, **menus), spec)
+    return memory.sites[0][1], memory.dense_params
+
+
+def cap_sites(
+    name: str, spec: FeatureSpec, base: dict[str, Any], menus: dict[str, Any], cap: int,
+    keep: dict[str, tuple[int, ...]] | None = None,
+) -> dict[str, Any]:
+    """``menus`` with top values dropped, greedily, until the largest supernet site holds at most
+    ``cap`` weights: each round drops the top of the :data:`CAPPED` menu whose removal shrinks the
+    largest site the most (ties: the fewest dense weights). A menu is never emptied and a top value
+    in ``keep`` is never dropped; the result stays over ``cap`` when no drop left shrinks the largest
+    site (on wide data, a full-rank DCN, the DCNv2 baseline's, over the dot readout of every field
+    pair: no menu sizes that)."""
+    keep = keep or {}
+    size = _widest(name, spec, base, menus)
+    while size[0] > cap:
+        trials = []
+        for key in CAPPED:
+            menu = menus.get(key)
+            if menu is None or len(menu) < 2 or menu[-1] in keep.get(key, ()):
+                continue
+            trial = {**menus, key: menu[:-1]}
+            if name == "nasrec":
+                trial["merge_tokens"] = min(trial["merge_tokens"], max(trial["tokens"]))
+            trials.append((_widest(name, spec, base, trial), trial))
+        if not trials:
+            break
+        best_size, best = min(trials, key=lambda t: t[0])
+        if best_size[0] >= size[0]:  # no drop shrinks the largest site: dropping more only narrows
+            break
+        size, menus = best_size, best
+    return menus
+
+
 def probe_mflops(space: SearchSpace, spec: FeatureSpec, n: int = PROBES, seed: int = 0) -> list[float]:
     """MFLOPs on ``spec`` of ``n`` uniform samples of ``space`` (seeded)."""
     rng = np.random.default_rng(seed)
@@ -116,7 +181,8 @@ def sized_space(
     name: str, spec: FeatureSpec, flops_range: tuple[float, float], *, embedding_dim: int = 16,
     rocs: bool = False,
 ) -> SearchSpace:
-    """Preset ``name`` (``nasrec`` or ``engineer``) with menus sized to ``spec`` and ``flops_range``."""
+    """Preset ``name`` (``nasrec`` or ``engineer``) with menus sized to ``spec`` and ``flops_range``,
+    its supernet's largest site capped at :func:`site_cap` of the range's upper end."""
     if name not in SIZED:
         raise ValueError(f"search space {name!r} has no sized menus; sized: {list(SIZED)}")
     _, high = check_flops_range(flops_range)
@@ -127,7 +193,9 @@ def sized_space(
         if float(np.quantile(probe_mflops(space, spec), QUANTILE)) > high:
             break
         chosen = top
-    return get_space(name, **base, **_menus(name, spec, chosen, embedding_dim, baselines=True))
+    menus = _menus(name, spec, chosen, embedding_dim, baselines=True)
+    keep = BASELINE_MENUS if name == "engineer" else {}
+    return get_space(name, **base, **cap_sites(name, spec, base, menus, site_cap(high), keep))
 
 
 def space_for(
@@ -149,5 +217,5 @@ def contains_baselines(space: SearchSpace, spec: FeatureSpec) -> dict[str, bool]
     return {n: space.contains(a) for n, a in archs.items()}
 
 
-__all__ = ["auto_flops_range", "baseline_mflops", "check_flops_range", "contains_baselines", "field_menu",
-           "ladder", "probe_mflops", "sized_space", "space_for"]
+__all__ = ["auto_flops_range", "baseline_mflops", "cap_sites", "check_flops_range", "contains_baselines",
+           "field_menu", "ladder", "probe_mflops", "site_cap", "sized_space", "space_for"]

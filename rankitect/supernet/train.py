@@ -5,6 +5,7 @@ cross-entropy, row-wise Adagrad on the embedding tables and Adam on everything e
 the cuts a path uses (:class:`SliceAdam`): each cut is a leaf tensor of the path's own size, and its
 update is written back into its place in the widest weight. A step then costs what the path costs,
 not what the widest blocks weigh, and units the path does not use keep their weights and moments.
+Both strategies size their training to the data the same way (:func:`supernet_schedule`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,24 @@ def check_supernet_memory(space: Any, spec: Any, budget_gb: float | None, flops_
     raise ConfigError(f"the {space.name} supernet needs about {memory.describe()}, above runtime.memory_budget "
                       f"({budget / 1e9:.2f} GB); shrink it with {keys[0]}, or {keys[1]}; "
                       "or raise runtime.memory_budget")
+
+
+def supernet_schedule(
+    max_steps: int, warmup_steps: int, epochs: float, train_rows: int, batch_size: int,
+) -> tuple[int, int]:
+    """Weight steps and warmup steps of a supernet trained on ``train_rows`` training rows.
+
+    ``max_steps`` or ``epochs`` passes over the train split, whichever is fewer: a candidate
+    trains for several epochs under the training protocol, so a supernet that sees each row about
+    once costs about one training whatever the data's size. The warmup keeps its share of the
+    steps (``warmup_steps`` of ``max_steps``).
+
+    >>> supernet_schedule(300, 50, 1.0, 80_000, 512), supernet_schedule(300, 50, 1.0, 10**6, 512)
+    ((157, 26), (300, 50))
+    """
+    per_epoch = math.ceil(train_rows / batch_size)
+    steps = max(1, min(max_steps, math.ceil(epochs * per_epoch)))
+    return steps, warmup_steps * steps // max_steps
 
 
 def batches(split: Any, batch_size: int, seed: int) -> Iterator[Batch]:
@@ -330,4 +349,4 @@ SUPERNET_DIR = "supernet"
 WEIGHTS_FILE = "weights.safetensors"
 
 __all__ = ["CurveLogger", "SliceAdam", "SupernetTrainer", "batches", "build_supernet", "check_supernet_memory",
-           "evaluate_path", "frozen", "load_supernet", "memory_budget", "save_supernet"]
+           "evaluate_path", "frozen", "load_supernet", "memory_budget", "save_supernet", "supernet_schedule"]

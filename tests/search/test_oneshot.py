@@ -3,6 +3,7 @@ evolution determinism, the retrained winners, and the search end to end in MLflo
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -12,20 +13,24 @@ import pytest
 import torch
 
 from rankitect.cli import main
-from rankitect.config import OneShotConfig, TrainConfig
+from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
 from rankitect.data.store import ClickData
 from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
-from rankitect.search.oneshot import best_scored, check_oneshot_config, evolve, make_scorer, train_supernet
-from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path
+from rankitect.search.dnas import dnas_schedule
+from rankitect.search.oneshot import (
+    best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, train_supernet,
+)
+from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path, supernet_schedule
 from rankitect.space import get_space
 from tests.learnable import learnable_source
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
 
 TRAIN = TrainConfig(batch_size=64, progress=False)
+# epochs high enough that supernet_steps, not the data, sets the steps.
 CFG = OneShotConfig(supernet_steps=80, warmup_steps=20, population=4, sample_size=2, children=4, finetune_batches=2,
-                    finetune_steps=4, score_batches=4)
+                    finetune_steps=4, score_batches=4, epochs=100.0)
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +140,41 @@ def test_config_errors_name_the_key() -> None:
         check_oneshot_config(OneShotConfig(top_k=0))
     with pytest.raises(ValueError, match="search.oneshot.finetune_steps"):
         check_oneshot_config(OneShotConfig(finetune_batches=0))
+
+
+def test_schedule_is_the_fewer_of_the_steps_and_the_epochs_with_the_warmup_in_proportion() -> None:
+    # 10_000 rows in batches of 64: 157 steps an epoch, 314 in two.
+    assert oneshot_schedule(OneShotConfig(supernet_steps=1000, warmup_steps=300, epochs=2.0), 10_000, 64) == (
+        314, 300 * 314 // 1000)
+    assert oneshot_schedule(OneShotConfig(supernet_steps=50, warmup_steps=10, epochs=2.0), 10_000, 64) == (50, 10)
+    assert oneshot_schedule(OneShotConfig(epochs=1e-9), 10_000, 64) == (1, 0)  # never no step
+    dnas = DnasConfig(supernet_steps=1000, warmup_steps=300, epochs=2.0)
+    assert dnas_schedule(dnas, 10_000, 64) == supernet_schedule(1000, 300, 2.0, 10_000, 64) == (314, 94)
+    with pytest.raises(ValueError, match="search.oneshot.epochs"):
+        check_oneshot_config(OneShotConfig(epochs=0.0))
+
+
+class Rows:
+    """Collects the logged curve rows."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, float]] = {}
+
+    def log(self, step: int, row: dict[str, float]) -> None:
+        self.rows[step] = row
+
+
+def test_supernet_training_runs_the_epochs_asked(data: ClickData) -> None:
+    cfg = replace(CFG, supernet_steps=1000, warmup_steps=400, epochs=0.5, log_every=1)
+    per_epoch = math.ceil(len(data.split("train")) / TRAIN.batch_size)
+    steps = math.ceil(0.5 * per_epoch)
+    warmup = 400 * steps // 1000
+    assert 2 < warmup < steps
+    curves = Rows()
+    losses = train_supernet(build_supernet(space(), data.spec, 0), data, TRAIN, cfg, seed=0, curves=curves)
+    assert len(losses) == steps and sorted(curves.rows) == list(range(steps))
+    p = [curves.rows[s]["train/p_widest"] for s in range(steps)]
+    assert p[0] == 1.0 and p[1] == pytest.approx(1 - 1 / warmup) and p[warmup:] == [0.0] * (steps - warmup)
 
 
 def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -1,5 +1,5 @@
-"""Spaces sized to the data: the menus reach the FLOPs range on several specs, and the default space
-holds the six baselines."""
+"""Spaces sized to the data: the menus reach the FLOPs range on several specs, the default space
+holds the six baselines, and no supernet site outgrows the range."""
 
 from __future__ import annotations
 
@@ -7,13 +7,18 @@ import statistics
 
 import numpy as np
 import pytest
+import torch
 
 from rankitect.config import load_config
+from rankitect.data import open_data
 from rankitect.space import cost, get_space
 from rankitect.space.baselines import BASELINES, get_baseline
 from rankitect.space.nasrec import NASREC_TOKENS, NASREC_WIDTHS
-from rankitect.space.sizing import auto_flops_range, check_flops_range, space_for
+from rankitect.space.sizing import (
+    BASELINE_MENUS, SITE_CAP, auto_flops_range, cap_sites, check_flops_range, contains_baselines, space_for,
+)
 from rankitect.space.testing import tiny_spec
+from rankitect.supernet.model import Supernet
 
 # (dense, sparse) features: no dense, few fields, the synthetic default's 13 + 26, a wide table.
 SPECS = {"10 sparse": (0, 10), "2 + 3": (2, 3), "13 + 26": (13, 26), "4 + 60": (4, 60)}
@@ -82,3 +87,61 @@ def test_nasrec_full_keeps_nasrec_full_menus_whatever_the_data():
 def test_bad_ranges_are_refused_naming_the_key(bad):
     with pytest.raises(ValueError, match="search.flops_range"):
         check_flops_range(bad)
+
+
+def largest_site(space, spec) -> int:
+    """Weights of the largest op (or the head) of the space's supernet, built on the meta device."""
+    with torch.device("meta"):
+        supernet = Supernet(space, spec)
+    modules = [*supernet.ops.values(), supernet.head]
+    return max(sum(p.numel() for p in m.parameters()) for m in modules)
+
+
+def default_spec():
+    cfg = load_config(overrides=[])
+    return open_data(cfg.data.source, cfg.data, progress=False).spec
+
+
+# tiny_spec, the synthetic default data's spec, 10 categorical fields, the adult schema's shape (6 + 8).
+CAP_SPECS = {"tiny": tiny_spec, "synthetic default": default_spec, "10 sparse": lambda: tiny_spec(0, 10),
+             "adult 6 + 8": lambda: tiny_spec(6, 8)}
+
+
+@pytest.mark.parametrize("make_spec", list(CAP_SPECS.values()), ids=list(CAP_SPECS))
+def test_sized_engineer_supernet_sites_stay_within_the_cap(make_spec):
+    spec = make_spec()
+    high = 10 * statistics.median(cost(get_baseline(n, spec), spec).mflops for n in BASELINES)
+    cap = SITE_CAP * high * 1e6 / 2  # SITE_CAP models at the range's upper end, 2 FLOPs a weight
+    space = space_for("engineer", spec, "auto")
+    assert largest_site(space, spec) <= cap
+    assert all(contains_baselines(space, spec).values())
+    flops = flops_of_samples(space, spec, 40, seed=7)
+    assert flops.max() >= high / 8  # the capped menus still reach into the range's upper part
+
+
+def test_the_cap_shrinks_the_synthetic_default_supernet_and_keeps_nasrec_within_it():
+    spec = default_spec()
+    high = auto_flops_range(spec)[1]
+    fields = space_for("engineer", spec, "auto").options["fields"]
+    assert max(fields) < 2 * spec.n_sparse  # 2 n fields per Wukong output made a 238M-weight DCN
+    nasrec = space_for("nasrec", spec, "auto")
+    assert largest_site(nasrec, spec) <= SITE_CAP * high * 1e6 / 2
+    flops = flops_of_samples(nasrec, spec, 40, seed=7)
+    assert np.mean(flops <= high) >= 0.75 and flops.max() >= high / 8
+
+
+def test_cap_sites_drops_tops_down_to_what_it_must_keep():
+    spec = tiny_spec(13, 26)
+    base = {"embedding_dim": 16, "use_dense": True, "rocs": False}
+    menus = {"widths": (64, 256, 512, 1024), "layer_widths": (128, 512, 1024), "fields": (13, 16, 27, 54),
+             "cross_ranks": (0, 16, 32, 64), "wukong_ranks": (8, 16, 24, 32), "heads": (1, 2, 4),
+             "dense_tokens": (1, 2, 4)}
+    space = get_space("engineer", **base, **menus)
+    assert cap_sites("engineer", spec, base, menus, cap=largest_site(space, spec)) == menus  # within: kept
+    low = cap_sites("engineer", spec, base, menus, cap=0, keep=BASELINE_MENUS)
+    reached = largest_site(get_space("engineer", **base, **low), spec)
+    assert reached < largest_site(space, spec)
+    for key, menu in low.items():  # a prefix of the menu, and no top left whose drop would shrink the site
+        assert menu and menu == menus[key][:len(menu)]
+        if len(menu) > 1 and menu[-1] not in BASELINE_MENUS[key]:
+            assert largest_site(get_space("engineer", **base, **{**low, key: menu[:-1]}), spec) >= reached, key
