@@ -26,6 +26,7 @@ choice, the expected MFLOPs and the temperature are logged to a ``supernet`` chi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
