@@ -162,6 +162,45 @@ def test_a_fixed_seed_derives_the_same_architecture(data: ClickData, estimator: 
     assert any(not torch.all(a == 0) for a in first.arch_parameters())  # the weights did move
 
 
+def test_reinforce_step_is_the_leave_one_out_score_function_gradient(data: ClickData) -> None:
+    space = three_slots()
+    supernet = build_supernet(space, data.spec, 0)
+    weights = ArchitectureWeights(space)
+    with torch.no_grad():  # a distribution that is not uniform, so log p has a gradient of its own
+        for a in weights.arch_parameters():
+            a.copy_(torch.linspace(-0.5, 0.5, len(a)))
+    before = [a.detach().clone() for a in weights.arch_parameters()]
+    trainer = SupernetTrainer(supernet, TRAIN, data.split("train").ctr, max_grad_norm=1e9)  # no clipping
+    objective = Objective(target_mflops=0.01, penalty="relaxed", weight=0.5)
+    step = ArchStep(supernet, weights, torch.optim.SGD(weights.arch_parameters(), lr=1.0), trainer,
+                    ExpectedFlops(supernet), objective)
+    batch = next(iter(data.split("val").batches(64, shuffle=False)))
+    step.reinforce(batch, torch.Generator().manual_seed(0), samples=3)
+    # by hand: each path's objective from a plain forward and the textbook log-loss, its advantage
+    # against the mean of the other two, and d log p / d alpha = one_hot - softmax on its active labels
+    values = []
+    with torch.no_grad():
+        for path in step.last_paths:
+            p = torch.sigmoid(supernet(batch, path))
+            y = batch.labels
+            logloss = float(-(y * p.log() + (1 - y) * (1 - p).log()).mean())
+            ctr = data.split("train").ctr
+            ne = logloss / -(ctr * np.log(ctr) + (1 - ctr) * np.log(1 - ctr))
+            mflops = supernet.path_flops(path) / 1e6
+            values.append(ne * (1 + 0.5 * max(0.0, np.log2(mflops / 0.01))))
+    grad = [torch.zeros_like(b) for b in before]
+    for path, value in zip(step.last_paths, values):
+        advantage = value - (sum(values) - value) / 2
+        for label in space.active(path):
+            i = weights.labels.index(label)
+            one_hot = torch.zeros_like(before[i])
+            one_hot[space.choices[label].index(path[label])] = 1.0
+            grad[i] += advantage * (one_hot - torch.softmax(before[i], dim=0)) / 3
+    for b, a, g in zip(before, weights.arch_parameters(), grad):
+        assert torch.allclose(a.detach(), b - g, atol=1e-5)  # one SGD step of rate 1 on the gradient
+    assert len({space.decode(p).hash for p in step.last_paths}) > 1  # the paths did differ
+
+
 def test_gumbel_sample_gates_are_one_with_gradient() -> None:
     weights = ArchitectureWeights(three_slots())
     path, relaxed = weights.gumbel(torch.Generator().manual_seed(0), tau=1.0)
