@@ -1,27 +1,40 @@
 """The ``dnas`` strategy: differentiable search over every choice of a preset space.
 
 Architecture weights (:class:`~rankitect.supernet.dnas_weights.ArchitectureWeights`, one logit per
-option of every label: ops, widths, inputs ...) and the supernet's weights are trained with two
-explicit optimizers, each step on one path drawn from the current distribution (hard Gumbel-softmax
-samples, temperature annealed from ``tau_start`` to ``tau_end``; no dense work for unsampled
-options). With ``search.dnas.arch_split: train`` (the default, one-level DARTS) one forward and one
-backward on a training batch step both: the weights on the batch loss, the architecture weights on
-the objective. With ``arch_split: val`` (bi-level) the weights step on training batches and the
-architecture weights, in turn, on validation batches with the weights frozen. The architecture
-weights minimize
+option of every label: ops, widths, inputs ...) and the supernet's weights are trained together,
+each weight step on one path drawn from the current distribution (no dense work for unsampled
+options). The architecture weights minimize the expected
 
     objective.torch_value(NE of the batch, MFLOPs)
 
 (NE times the ``relaxed`` or ``absolute`` cost per doubling of FLOPs beyond ``search.target_mflops``,
-:mod:`rankitect.search.objective`); the penalty's
-gradient comes from the expected FLOPs, differentiable in the choice probabilities
-(:meth:`ArchStep.objective_of`). The search is sized to the data (:func:`dnas_schedule`): at most
-``epochs`` passes over the train split, and it stops once the most probable architecture has held
-for ``stable_steps`` architecture steps. It starts around the best trained baseline the space holds
-(``start_logit`` more per choice), as the sampling strategies start from the baselines. The most
-probable architecture (and the next ``top_k - 1``) is then retrained from scratch and scored on the
-test split. The entropy of every
-choice, the expected MFLOPs and the temperature are logged to a ``supernet`` child run in batches.
+:mod:`rankitect.search.objective`), by one of two estimators (``search.dnas.estimator``):
+
+* ``reinforce`` (the default): the score function with a leave-one-out baseline. ``samples``
+  paths are drawn from the distribution and scored on one batch with the weights as they are
+  (forward only); each path's log-probability moves by how much better its objective is than the
+  others' on the same batch (:meth:`ArchStep.reinforce`). Every option competes on its measured
+  score, empty ones (no layer, no cross network) included, the batch's difficulty cancels out of
+  each comparison, and a path's FLOPs enter exactly. The weights then step on the first path.
+* ``gumbel``: hard Gumbel-softmax samples with a straight-through gradient (GDAS), the
+  temperature annealed from ``tau_start`` to ``tau_end``. The gradient a gate gets is that of
+  scaling its option's output, which is near zero for any option the weights have adapted to,
+  and an empty option's gate scales nothing, so it gets no signal of its own: on small data its
+  most probable path drifted to the cheapest one with NE alone as the objective too (README,
+  Measured). With ``arch_split: train`` one forward
+  and one backward step both; with ``val`` the architecture steps on validation batches.
+
+``arch_split: train`` scores paths on training batches the weights have not yet seen in this pass
+(the schedule is at most ``epochs`` passes); ``val`` on validation batches. The penalty's gradient
+of the ``gumbel`` estimator comes from the expected FLOPs, differentiable in the choice
+probabilities (:meth:`ArchStep.objective_of`). The search is sized to the data
+(:func:`dnas_schedule`): at most ``epochs`` passes over the train split, and it stops once the most
+probable architecture has held for ``stable_steps`` architecture steps. It starts around the best
+trained baseline the space holds (``start_logit`` more per choice), as the sampling strategies start
+from the baselines. The most probable architecture (and the next ``top_k - 1``; with a time budget,
+up to ``search.trials``, retrained until the budget is spent) is then retrained from scratch and
+scored on the test split. The entropy of every choice, the expected MFLOPs and the temperature are
+logged to a ``supernet`` child run in batches.
 """
 
 from __future__ import annotations
