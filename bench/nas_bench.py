@@ -137,13 +137,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="steps per candidate and per supernet (default 300; quick 100)")
     parser.add_argument("--population", type=int, default=16, help="one-shot evolution population")
     parser.add_argument("--target-mflops", type=float, help="FLOPs target of the objective (relaxed penalty)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --cost: a config override for every search (e.g. search.dnas.estimator=gumbel)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.cost:
         from nas_cost import cost_bench  # beside this file
 
-        cost_bench(args.strategies.split(","), args.threads)
+        cost_bench(args.strategies.split(","), args.threads, args.set)
         return
     args.steps = args.steps or (100 if args.quick else 300)
     torch.set_num_threads(args.threads)

@@ -51,7 +51,7 @@ def make_data(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def child(strategy: str, data_dir: str, threads: int) -> dict[str, Any]:
+def child(strategy: str, data_dir: str, threads: int, overrides: list[str] = ()) -> dict[str, Any]:
     """One default search of ``strategy`` in this process; its phases, ratio and peak RSS."""
     import torch
 
@@ -60,7 +60,7 @@ def child(strategy: str, data_dir: str, threads: int) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     cfg = load_config(overrides=[f"data.source={data_dir}", f"search.strategy={strategy}", "train.progress=false",
-                                 f"runtime.threads={threads}"])
+                                 f"runtime.threads={threads}", *overrides])
     runner = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True))
     phases: dict[str, float] = {}
 
@@ -92,16 +92,17 @@ def child(strategy: str, data_dir: str, threads: int) -> dict[str, Any]:
             "winner": outcome.table.loc[outcome.table["winner"], "name"].tolist()}
 
 
-def cost_bench(strategies: list[str], threads: int) -> None:
+def cost_bench(strategies: list[str], threads: int, overrides: list[str] = ()) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = make_data(Path(tmp) / "data")
         env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns/mlflow.db", "PYTHONUNBUFFERED": "1"}
         results = []
         for strategy in strategies:
-            print(f"{strategy}: a default search on {ROWS:,} rows x {FIELDS} fields, {threads} thread(s)", flush=True)
+            print(f"{strategy}: a default search on {ROWS:,} rows x {FIELDS} fields, {threads} thread(s)"
+                  + (f", with {list(overrides)}" if overrides else ""), flush=True)
             out = Path(tmp) / f"{strategy}.json"
             code = ("import json, sys; from bench.nas_cost import child; "
-                    f"json.dump(child({strategy!r}, {str(data)!r}, {threads}), open({str(out)!r}, 'w'))")
+                    f"json.dump(child({strategy!r}, {str(data)!r}, {threads}, {list(overrides)!r}), open({str(out)!r}, 'w'))")
             subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).resolve().parents[1])
             results.append(json.loads(out.read_text()))
     goals = {"dnas": 3.0, "oneshot": 5.0}
