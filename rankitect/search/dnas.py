@@ -327,7 +327,9 @@ class DnasSearch(PlanProposer):
         self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
-        """Keep a trained baseline the space holds: the search starts around the best one."""
+        """Keep a trained baseline the space holds: the search starts around the best one (and
+        never retrains it)."""
+        super().observe(arch, result)
         path = self.space.encode(arch)
         if path is None or not result.ok:
             return False
@@ -352,10 +354,11 @@ class DnasSearch(PlanProposer):
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
         tracker.end_run(run_id, "FINISHED")
-        archs = []
-        for path in weights.most_probable(self.plan_size):
-            archs.append(self.space.decode(path))
-            context.echo(f"dnas: derived {archs[-1].hash} ({supernet.path_flops(path) / 1e6:.3f} MFLOPs)")
+        paths = weights.most_probable(self.plan_size + len(self.trained))
+        flops = {self.space.decode(p).hash: supernet.path_flops(p) / 1e6 for p in paths}
+        archs = self.untrained([self.space.decode(p) for p in paths], self.plan_size)
+        for arch in archs:
+            context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         return archs
 
 

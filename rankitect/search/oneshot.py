@@ -241,7 +241,7 @@ class OneShotSearch(PlanProposer):
 
         scored = evolve(supernet, scorer, evolution, cfg.population + cfg.children, on_scored=log_scored,
                         progress=context.progress)
-        return best_scored(scored, self.objective, self.plan_size)
+        return self.untrained(best_scored(scored, self.objective, self.plan_size + len(self.trained)), self.plan_size)
 
 
 __all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",

@@ -43,6 +43,7 @@ class PlanProposer(Strategy):
         self.plan: list[Architecture] = []
         self._done: set[str] = set()  # told, or recorded before a resume
         self._pending: set[str] = set()
+        self.trained: set[str] = set()  # hashes of architectures trained outside the plan (baselines)
         self._echo: Any = print
 
     @property
@@ -54,6 +55,21 @@ class PlanProposer(Strategy):
 
     def budget(self, trials: int) -> int:
         return self.plan_size
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        """Note a trained baseline: the plan never retrains its architecture (see :meth:`untrained`)."""
+        self.trained.add(arch_hash(arch))
+        return False
+
+    def untrained(self, ranked: list[Architecture], k: int) -> list[Architecture]:
+        """The first ``k`` of ``ranked`` (best first) that no baseline is; says which were skipped."""
+        out = []
+        for arch in ranked:
+            if arch.hash in self.trained:
+                self._echo(f"{self.name}: {arch.hash} is a baseline, trained already")
+            elif len(out) < k:
+                out.append(arch)
+        return out
 
     @abstractmethod
     def search(self, context: SearchContext) -> list[Architecture]:

@@ -101,3 +101,11 @@ def test_a_time_budget_plans_search_trials_and_none_plans_top_k(name: str) -> No
     assert untimed.budget(7) == untimed.config.top_k
     few = strategy_from_config(SearchConfig(strategy=name, time_budget="5m", trials=1), space)
     assert few.budget(1) == few.config.top_k  # never fewer than top_k
+
+
+def test_a_plan_never_retrains_a_baseline() -> None:
+    space, archs = three_archs()
+    proposer = Chosen(space, seed=0, archs=archs)
+    assert proposer.observe(archs[0], TrialResult(val_ne=0.8, mflops=1.0)) is False  # noted, not a start
+    assert [a.hash for a in proposer.untrained(archs, 2)] == [archs[1].hash, archs[2].hash]
+    assert [a.hash for a in proposer.untrained(archs, 1)] == [archs[1].hash]
