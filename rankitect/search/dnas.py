@@ -158,26 +158,31 @@ class ArchStep:
             self._update()
         return {"train/loss": loss, **seen, "arch/sample_mflops": sampled}
 
-    def reinforce(self, batch: Batch, generator: torch.Generator, samples: int) -> dict[str, float]:
+    def reinforce(self, batch: Batch, generator: torch.Generator, samples: int, *,
+                  train: bool = False) -> dict[str, float]:
         """An architecture step by the score function (REINFORCE, leave-one-out baseline): ``samples``
         paths drawn from the current distribution are scored on one batch with the weights as they
         are (forward only); each path's log-probability is pushed by how much better its objective
         is than the mean of the others on the same batch. Every option of every label competes on
         its score, empty options (no layer, no cross) included, and the batch's difficulty cancels
-        out of each comparison. Returns the first path's metrics; ``arch/path`` is that path.
+        out of each comparison. With ``train`` the weights then step on the first path and the
+        batch, and that step's forward (taken before the update) is the first path's score: one
+        forward fewer. Returns the first path's metrics.
         """
         paths = [self.weights.sample(generator) for _ in range(samples)]
-        values, nes, flops = [], [], []
+        nes: list[float] = [math.nan] * samples
         with torch.no_grad():
-            for path in paths:
-                ne = float(self.trainer.ne(self.supernet(batch, path, take=frozen), batch.labels))
-                ne = ne if math.isfinite(ne) else self.trainer.max_ne
-                mflops = self.supernet.path_flops(path) / 1e6
-                value = float(self.objective.torch_value(torch.tensor(min(ne, self.trainer.max_ne)),
-                                                         torch.tensor(mflops)))
-                values.append(value)
-                nes.append(ne)
-                flops.append(mflops)
+            for i, path in enumerate(paths):
+                if i or not train:  # the first path's score comes from its training step below
+                    nes[i] = float(self.trainer.ne(self.supernet(batch, path, take=frozen), batch.labels))
+        row = {}
+        if train:  # after the others are scored: every score is taken with the same weights
+            row["train/loss"] = self.trainer.step(batch, paths[0])
+            nes[0] = row["train/loss"] / self.trainer.base_entropy
+        nes = [ne if math.isfinite(ne) else self.trainer.max_ne for ne in nes]
+        flops = [self.supernet.path_flops(path) / 1e6 for path in paths]
+        values = [float(self.objective.torch_value(torch.tensor(min(ne, self.trainer.max_ne)), torch.tensor(f)))
+                  for ne, f in zip(nes, flops)]
         total = sum(values)
         surrogate = torch.zeros(())
         for path, value in zip(paths, values):
@@ -189,7 +194,7 @@ class ArchStep:
             p.grad = g
         self._update()
         self.last_paths = paths
-        return {"arch/ne": nes[0], "arch/objective": values[0], "arch/sample_mflops": flops[0],
+        return {**row, "arch/ne": nes[0], "arch/objective": values[0], "arch/sample_mflops": flops[0],
                 "arch/spread": max(values) - min(values)}
 
     def _update(self) -> None:
@@ -258,18 +263,15 @@ def dnas_search(
     for step in bar:
         tau = tau_at(step, steps, cfg.tau_start, cfg.tau_end)
         arch_now = step >= warmup and (step - warmup) % cfg.arch_every == 0
-        if cfg.estimator == "reinforce":
-            batch = next(train_it)
-            row = arch_step.reinforce(batch if cfg.arch_split == "train" else next(val_it), generator,
-                                      cfg.samples) if arch_now else {}
-            path = arch_step.last_paths[0] if arch_now else weights.sample(generator)
-            row["train/loss"] = trainer.step(batch, path)
-        elif arch_now and cfg.arch_split == "train":
-            row = arch_step.joint(next(train_it), generator, tau)
+        reinforce = cfg.estimator == "reinforce"
+        if arch_now and cfg.arch_split == "train":  # one pass over the batch steps weights and architecture
+            row = (arch_step.reinforce(next(train_it), generator, cfg.samples, train=True) if reinforce
+                   else arch_step.joint(next(train_it), generator, tau))
         else:
             row = {"train/loss": trainer.step(next(train_it), weights.sample(generator))}
             if arch_now:
-                row.update(arch_step(next(val_it), generator, tau))
+                row.update(arch_step.reinforce(next(val_it), generator, cfg.samples) if reinforce
+                           else arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
         done = arch_now and stable.update(weights.argmax())
         if curves is not None and (step % cfg.log_every == 0 or step == steps - 1 or done):

@@ -162,9 +162,13 @@ def test_a_fixed_seed_derives_the_same_architecture(data: ClickData, estimator: 
     assert any(not torch.all(a == 0) for a in first.arch_parameters())  # the weights did move
 
 
-def test_reinforce_step_is_the_leave_one_out_score_function_gradient(data: ClickData) -> None:
+@pytest.mark.parametrize("train", [False, True])
+def test_reinforce_step_is_the_leave_one_out_score_function_gradient(data: ClickData, train: bool) -> None:
+    import copy
+
     space = three_slots()
     supernet = build_supernet(space, data.spec, 0)
+    scored = copy.deepcopy(supernet)  # the weights every path is scored with (before any training step)
     weights = ArchitectureWeights(space)
     with torch.no_grad():  # a distribution that is not uniform, so log p has a gradient of its own
         for a in weights.arch_parameters():
@@ -175,13 +179,13 @@ def test_reinforce_step_is_the_leave_one_out_score_function_gradient(data: Click
     step = ArchStep(supernet, weights, torch.optim.SGD(weights.arch_parameters(), lr=1.0), trainer,
                     ExpectedFlops(supernet), objective)
     batch = next(iter(data.split("val").batches(64, shuffle=False)))
-    step.reinforce(batch, torch.Generator().manual_seed(0), samples=3)
+    row = step.reinforce(batch, torch.Generator().manual_seed(0), samples=3, train=train)
     # by hand: each path's objective from a plain forward and the textbook log-loss, its advantage
     # against the mean of the other two, and d log p / d alpha = one_hot - softmax on its active labels
     values = []
     with torch.no_grad():
         for path in step.last_paths:
-            p = torch.sigmoid(supernet(batch, path))
+            p = torch.sigmoid(scored(batch, path))
             y = batch.labels
             logloss = float(-(y * p.log() + (1 - y) * (1 - p).log()).mean())
             ctr = data.split("train").ctr
@@ -199,6 +203,8 @@ def test_reinforce_step_is_the_leave_one_out_score_function_gradient(data: Click
     for b, a, g in zip(before, weights.arch_parameters(), grad):
         assert torch.allclose(a.detach(), b - g, atol=1e-5)  # one SGD step of rate 1 on the gradient
     assert len({space.decode(p).hash for p in step.last_paths}) > 1  # the paths did differ
+    trained = any(not torch.equal(a, b) for a, b in zip(supernet.parameters(), scored.parameters()))
+    assert trained == train and ("train/loss" in row) == train  # with train, the weights stepped on the first path
 
 
 def test_gumbel_sample_gates_are_one_with_gradient() -> None:
