@@ -32,7 +32,7 @@ def main() -> None:
     from rankitect.search.objective import Objective
     from rankitect.search.trial import run_trial
     from rankitect.space.baselines import get_baseline
-    from rankitect.space.sizing import space_for
+    from rankitect.search.sizing import space_for
     from rankitect.supernet.train import build_supernet, evaluate_path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

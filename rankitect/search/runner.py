@@ -71,7 +71,7 @@ class SearchRunner:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from rankitect.data import open_data
-        from rankitect.space.sizing import space_for
+        from rankitect.search.sizing import space_for
         from rankitect.track import Tracker
         from rankitect.train.protocol import Schedule, check_warmup
 

@@ -214,5 +214,5 @@ def nasrec_full_space(
     rocs_shares: Sequence[float | None] = ROCS_SHARES,
 ) -> NasrecSpace:
     """NASRec-Full's menus by name, whatever the data (``search.space=nasrec_full``); the space is
-    ``nasrec`` with its default menus, never sized (:mod:`rankitect.space.sizing`)."""
+    ``nasrec`` with its default menus, never sized (:mod:`rankitect.search.sizing`)."""
     return nasrec_space(embedding_dim=embedding_dim, use_dense=use_dense, rocs=rocs, rocs_shares=rocs_shares)

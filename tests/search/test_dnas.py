@@ -226,7 +226,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     # A small nasrec menu: the mechanics are those of any space.
-    monkeypatch.setattr("rankitect.space.sizing.get_space", lambda name, **kw: get_space(
+    monkeypatch.setattr("rankitect.search.sizing.get_space", lambda name, **kw: get_space(
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", f"data.source={learnable_source()}",
                  "train.max_epochs=1", "search.space=nasrec", "search.flops_range=null",

@@ -1,5 +1,8 @@
 """Search spaces sized to the data: menus from the feature spec and a FLOPs range.
 
+It lives in ``search/``, above ``supernet/``, because the menus are capped by the supernet's
+memory estimate (the widest corner, below).
+
 NASRec-Full's menus (widths 16..1024 on 7 blocks, 16..64 tokens) were made for Criteo's 45M rows;
 on a data set of 10^5 rows the hand-designed baselines cost a hundredth of its candidates. Here a
 preset's menus follow the data instead:
