@@ -314,18 +314,16 @@ class DnasSearch(PlanProposer):
     """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
     most probable architectures proposed to be retrained from scratch.
 
-    Args:
-        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
-        config: the ``search.dnas`` settings.
-        rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
-        fill: see :class:`~rankitect.search.plan.PlanProposer` (a time budget retrains more than ``top_k``).
+    Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
+    ``search.dnas`` settings.
     """
+
+    config_class = DnasConfig
+    check_config = staticmethod(check_dnas_config)
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
                  config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
-        self.config = config if config is not None else DnasConfig()
-        check_dnas_config(self.config)
-        super().__init__(space, seed=seed, objective=objective, rocs=rocs, fill=fill)
+        super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
         self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:

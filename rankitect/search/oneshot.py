@@ -34,7 +34,7 @@ from rankitect.config import OneShotConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.eval.metrics import MetricAccumulator
-from rankitect.search.base import SearchContext, Space, SpaceExhausted, Strategy, TrialResult, register_strategy
+from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
 from rankitect.search.evolution import RegularizedEvolution
 from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
@@ -202,18 +202,12 @@ class OneShotSearch(PlanProposer):
     """``rankitect search --strategy oneshot``: supernet training and evolution on inherited weights
     (:meth:`search`), then the ``top_k`` best children proposed to be retrained from scratch.
 
-    Args:
-        space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
-        config: the ``search.oneshot`` settings.
-        rocs: the space is ROCS-masked (refused: the supernet holds no ROCS-masked blocks yet).
-        fill: see :class:`~rankitect.search.plan.PlanProposer` (a time budget retrains more than ``top_k``).
+    Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
+    ``search.oneshot`` settings.
     """
 
-    def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
-                 config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
-        self.config = config if config is not None else OneShotConfig()
-        check_oneshot_config(self.config)
-        super().__init__(space, seed=seed, objective=objective, rocs=rocs, fill=fill)
+    config_class = OneShotConfig
+    check_config = staticmethod(check_oneshot_config)
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""

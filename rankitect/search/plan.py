@@ -23,18 +23,29 @@ class PlanProposer(Strategy):
     """Proposes the architectures its own :meth:`search` chose, each once (never pruned: each was
     chosen to be trained in full).
 
+    A subclass names its section's dataclass (:attr:`config_class`) and the check that refuses
+    settings it cannot run with (:attr:`check_config`).
+
     Args:
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
+        config: the strategy's section (``search.oneshot``, ``search.dnas``); None: its defaults.
         rocs: the space is ROCS-masked (refused: no supernet holds ROCS-masked blocks yet).
         fill: with a time budget, plan this many architectures (``search.trials``) where that is
             more than ``config.top_k`` (see :attr:`plan_size`); 0: ``top_k``.
     """
 
-    config: Any  # the strategy's section (search.oneshot, search.dnas), with a top_k
+    config_class: ClassVar[type | None] = None  # the section's dataclass, with a top_k
+    check_config: ClassVar[Any] = staticmethod(lambda config: None)  # raises ConfigError naming the key
 
     prunable: ClassVar[bool] = False
 
-    def __init__(self, space: Any, *, seed: int, objective: Any = None, rocs: bool = False, fill: int = 0) -> None:
+    def __init__(self, space: Any, *, seed: int, objective: Any = None, config: Any = None, rocs: bool = False,
+                 fill: int = 0) -> None:
+        if config is None and self.config_class is not None:
+            config = self.config_class()
+        if config is not None:
+            self.check_config(config)
+        self.config = config
         if rocs:
             raise ConfigError(f"config key 'search.rocs': the {self.name} supernet holds no ROCS-masked blocks yet; "
                               "search ROCS architectures with random, evolution, tpe or nsga2")
