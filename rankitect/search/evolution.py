@@ -3,11 +3,17 @@
 The population is the ``population`` most recently finished trials. Until that many have
 finished, asks are uniform samples (the random initial population). After that each ask runs a
 tournament: ``sample_size`` members drawn without replacement, the one with the lowest objective
-wins (failed trials score ``inf``, so they never win against a finished one), and the child is
-``space.mutate(winner)``. A child whose genotype was proposed before is rejected and the
+wins, and the child is ``space.mutate(winner)``. A child whose genotype was proposed before is rejected and the
 tournament repeated (NASRec); after ``max_retries`` rejections the ask falls back to a new uniform
 sample. Ageing needs no bookkeeping: a trial leaves the population when ``population`` newer
 ones have finished, whatever its score.
+
+Only trials that were trained to the end are members: a failed or pruned trial (objective
+``inf``, or a partial curve) neither enters the population nor ages anyone out of it. Counting
+them would let a run of early-stopped candidates push every trained model out, after which
+tournaments draw only from stopped ones and evolution degrades to mutating what the pruner just
+rejected. Once ``population`` trials have finished in any state, the tournament draws from the
+``population`` most recent trained ones (``min(sample_size, len(members))`` of them).
 
 Baselines the runner trained first are *observed* (:meth:`RegularizedEvolution.observe`): they enter
 the history as finished members, so the random initial population is that much smaller and the
@@ -16,6 +22,7 @@ first tournaments already mutate the best hand-built model.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
@@ -62,8 +69,9 @@ class RegularizedEvolution(Strategy):
         for _ in range(self.max_retries):  # start() refuses a genotype another process just took
             finished, seen = self.history.finished(), self.history.seen()
             found = None
-            if len(finished) >= self.population:
-                found = self._mutate_new(finished[-self.population:], seen)
+            members = [r for r in finished if math.isfinite(r.value)][-self.population:]
+            if len(finished) >= self.population and members:
+                found = self._mutate_new(members, seen)
             if found is None:
                 found = sample_new(self.space, self.rng, seen, self.max_retries)
             arch, h, sample = found
@@ -78,8 +86,9 @@ class RegularizedEvolution(Strategy):
         self.history.finish(h, self.objective(result), pruned=result.pruned)
 
     def tournament(self, members: list[Record]) -> Record:
-        """The best of ``sample_size`` members drawn without replacement (first drawn wins ties)."""
-        drawn = self.rng.choice(len(members), size=self.sample_size, replace=False)
+        """The best of ``sample_size`` members (all, when fewer) drawn without replacement (first
+        drawn wins ties)."""
+        drawn = self.rng.choice(len(members), size=min(self.sample_size, len(members)), replace=False)
         return min((members[int(i)] for i in drawn), key=lambda r: r.value)
 
     def _mutate_new(self, members: list[Record], seen: set[str]) -> tuple[Architecture, str, dict] | None:

@@ -29,8 +29,33 @@ def test_tournament_winner_has_the_lowest_objective_and_failed_trials_never_win(
     evo.tell(archs[1], ok(0.7))
     evo.tell(archs[2], TrialResult.failure("out of memory"))
     evo.tell(archs[3], ok(0.6))
-    evo.ask()
+    for _ in range(10):
+        evo.ask()
     assert set(space.mutated_from) == {archs[3]}
+
+
+def test_stopped_trials_neither_join_nor_age_the_population():
+    """A run of pruned or failed candidates must not push the trained members out: the tournament
+    keeps drawing from the ``population`` most recent trained trials."""
+    space = ToySpace()
+    evo = build_strategy("evolution", space, seed=3, population=2, sample_size=2)
+    good, fair = evo.ask(), evo.ask()
+    evo.tell(good, ok(0.2))
+    evo.tell(fair, ok(0.5))
+    for i in range(6):  # many more stopped trials than the population holds
+        child = evo.ask()
+        stopped = TrialResult.pruning("rung 0", val_ne=0.1, mflops=1.0, params=1, train_seconds=1.0, steps=10) if i % 2 else TrialResult.failure("nan")
+        evo.tell(child, stopped)
+    space.mutated_from.clear()
+    for _ in range(10):
+        evo.ask()
+    assert set(space.mutated_from) == {good}  # still there, and still the best of the two
+    trained = evo.ask()
+    evo.tell(trained, ok(0.9))  # a trained newcomer ages the oldest trained member (good) out
+    space.mutated_from.clear()
+    for _ in range(10):
+        evo.ask()
+    assert set(space.mutated_from) == {fair}
 
 
 def test_objective_penalty_decides_the_tournament():
