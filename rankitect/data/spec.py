@@ -8,7 +8,8 @@ so ROCS masking (request-side outputs depend only on request-side inputs) is a p
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,15 +19,31 @@ SIDES: tuple[str, ...] = ("request", "candidate")
 
 @dataclass(frozen=True)
 class DenseFeature:
-    """A real-valued feature (already transformed, e.g. log(1 + x))."""
+    """A real-valued feature (already transformed, e.g. log(1 + x)).
+
+    ``mean`` and ``std`` are the training split's statistics of the stored values (the data store
+    fills them in when it writes a data set). Models standardize the feature with them,
+    ``(x - mean) / std``, as their first step (:func:`dense_standardizer`). Log counts and amounts are
+    far from centred (adult's ``fnlwgt`` is 12 +- 0.6 after log1p), and an input of that size
+    turns every dense-weight step into a large swing of the logit. The defaults leave a value as
+    it is.
+    """
 
     name: str
     side: Side = "candidate"
+    mean: float = 0.0
+    std: float = 1.0
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         if self.side not in SIDES:
             raise ValueError(f"dense feature {self.name!r}: side must be one of {SIDES}, got {self.side!r}")
+        for key in ("mean", "std"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"dense feature {self.name!r}: {key} must be a finite number, got {v!r}")
+        if not self.std > 0:
+            raise ValueError(f"dense feature {self.name!r}: std must be > 0, got {self.std!r}")
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,20 @@ class FeatureSpec:
     @property
     def n_request_dense(self) -> int:
         return sum(f.side == "request" for f in self.dense)
+
+    def with_dense_stats(self, mean: Any, std: Any) -> FeatureSpec:
+        """This spec with each dense feature's training statistics (storage order); a ``std`` that is
+        not above ``1e-6`` (a constant column) is kept at 1, so the column is only centred.
+
+        >>> s = FeatureSpec(dense=(DenseFeature("a"), DenseFeature("b")), sparse=())
+        >>> [(f.mean, f.std) for f in s.with_dense_stats([12.0, 3.0], [0.5, 0.0]).dense]
+        [(12.0, 0.5), (3.0, 1.0)]
+        """
+        if len(mean) != self.n_dense or len(std) != self.n_dense:
+            raise ValueError(f"feature spec: {self.n_dense} dense features, got {len(mean)} means and {len(std)} stds")
+        dense = tuple(replace(f, mean=float(m), std=float(sd) if sd > 1e-6 else 1.0)
+                      for f, m, sd in zip(self.dense, mean, std))
+        return replace(self, dense=dense)
 
     def to_dict(self) -> dict[str, Any]:
         return {

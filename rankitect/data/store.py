@@ -39,7 +39,7 @@ from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
 
 FORMAT = "rankitect-clickdata"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the spec carries each dense column's training mean and std
 ARRAYS: tuple[str, ...] = ("dense", "sparse", "labels", "request_ids", "probs")
 
 
@@ -313,13 +313,15 @@ class StoreWriter:
         for arrs in self.arrays.values():
             for a in arrs.values():
                 a.flush()
+        self.spec = with_train_stats(self.spec, self.arrays["train"]["dense"])
         self.arrays = {}
         full = {"format": FORMAT, "format_version": FORMAT_VERSION, **dict(meta),
                 "splits": {s: self.stats[s].as_dict() for s in SPLITS}}
         self.spec.save(self.tmp / "spec.json")
         (self.tmp / "meta.json").write_text(json.dumps(full, indent=2, default=str) + "\n")
         key = full.get("cache_key")
-        if key is not None and is_data_dir(self.out_dir) and ClickData.open(self.out_dir).meta.get("cache_key") == key:
+        if (key is not None and is_data_dir(self.out_dir) and _format_version(self.out_dir) == FORMAT_VERSION
+                and ClickData.open(self.out_dir).meta.get("cache_key") == key):
             shutil.rmtree(self.tmp, ignore_errors=True)  # another process built the same data meanwhile
         else:
             _move_into_place(self.tmp, self.out_dir)
@@ -328,6 +330,22 @@ class StoreWriter:
     def abort(self) -> None:
         self.arrays = {}
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def with_train_stats(spec: FeatureSpec, train_dense: np.ndarray, chunk: int = 1 << 20) -> FeatureSpec:
+    """``spec`` with each dense column's mean and standard deviation over the training split (read in
+    chunks of ``chunk`` rows, accumulated in float64); a spec without dense features or an empty
+    split is returned as it is."""
+    n = train_dense.shape[0]
+    if spec.n_dense == 0 or n == 0:
+        return spec
+    total, squares = np.zeros(spec.n_dense), np.zeros(spec.n_dense)
+    for start in range(0, n, chunk):
+        x = np.asarray(train_dense[start:start + chunk], dtype=np.float64)
+        total += x.sum(axis=0)
+        squares += np.square(x).sum(axis=0)
+    mean = total / n
+    return spec.with_dense_stats(mean, np.sqrt(np.maximum(squares / n - mean**2, 0.0)))
 
 
 def _move_into_place(tmp: Path, out_dir: Path) -> None:
@@ -355,6 +373,10 @@ def is_data_dir(path: str | Path) -> bool:
         return False
 
 
+def _format_version(path: Path) -> Any:
+    return json.loads((path / "meta.json").read_text()).get("format_version")
+
+
 def cached(out_dir: Path, cache_key: str, build: Callable[[Path], ClickData]) -> ClickData:
     """Open ``out_dir`` when it holds a data set built with ``cache_key``; else ``build(out_dir)``.
 
@@ -365,10 +387,10 @@ def cached(out_dir: Path, cache_key: str, build: Callable[[Path], ClickData]) ->
     with open(out_dir.with_name(out_dir.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if is_data_dir(out_dir):
+            if is_data_dir(out_dir) and _format_version(out_dir) == FORMAT_VERSION:
                 data = ClickData.open(out_dir)
                 if data.meta.get("cache_key") == cache_key:
                     return data
-            return build(out_dir)
+            return build(out_dir)  # new, or written with other options or by an older version: rebuilt
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -116,6 +116,10 @@ def _ints(values: tuple[int, ...]) -> str:
     return "[" + ", ".join(_render(v) for v in values) + "]"
 
 
+def _floats(values: tuple[float, ...]) -> str:
+    return "[" + ", ".join(_render(float(v)) for v in values) + "]"
+
+
 def _shape_comment(shape: tuple[int, ...]) -> str:
     return "(B, " + ", ".join(_render(s) for s in shape) + ")"
 
@@ -157,6 +161,13 @@ def _init_lines(plan: ExportPlan) -> list[str]:
             f"        self.embedding = SparseEmbedding({_ints(plan.vocab_sizes)}, {_render(plan.dim)}, "
             f"order={_ints(plan.sparse_order)})",
         ]
+    if plan.dense_mean is not None and plan.dense_inv_std is not None:
+        lines += [
+            "        # Dense features standardized with the training split's mean and 1 / std (storage order).",
+            f'        self.register_buffer("dense_mean", torch.tensor({_floats(plan.dense_mean)}), persistent=False)',
+            f'        self.register_buffer("dense_inv_std", torch.tensor({_floats(plan.dense_inv_std)}), '
+            "persistent=False)",
+        ]
     if plan.dense_order is not None and plan.uses_dense:
         dense_order = f"torch.tensor({_ints(plan.dense_order)}, dtype=torch.long)"
         lines += [
@@ -186,6 +197,8 @@ def _forward_lines(plan: ExportPlan) -> list[str]:
     lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor) -> torch.Tensor:"]
     if plan.uses_sparse:
         lines.append(f"        emb = self.embedding(sparse_ids)  # (B, {plan.n_sparse}, {plan.dim}) in field order")
+    if plan.dense_mean is not None:
+        lines.append("        dense = (dense - self.dense_mean) * self.dense_inv_std")
     if plan.dense_order is not None and plan.uses_dense:
         lines.append("        dense = dense.index_select(1, self.dense_order)  # request-side dense first")
     for i, g in enumerate(plan.genes):

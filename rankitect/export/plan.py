@@ -26,7 +26,7 @@ from typing import Any
 from rankitect.blocks.base import BLOCKS, takes_share
 from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SparseFeature
 from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene
-from rankitect.space.builder import RankingModel, build_model
+from rankitect.space.builder import RankingModel, build_model, dense_inv_stds, dense_means
 
 KINDS = ("field", "flat")
 SEQUENCES = (collections.abc.Sequence, list, tuple)
@@ -68,6 +68,8 @@ class ExportPlan:
     vocab_sizes: tuple[int, ...]  # field order
     sparse_order: tuple[int, ...]  # storage column of each field
     dense_order: tuple[int, ...] | None  # storage column of each dense input when masked
+    dense_mean: tuple[float, ...] | None  # training mean of each dense column (storage order); None: as given
+    dense_inv_std: tuple[float, ...] | None  # and 1 / its std
     uses_sparse: bool
     uses_dense: bool
     genes: tuple[GenePlan, ...]
@@ -215,7 +217,8 @@ def clean_spec(spec: Any) -> FeatureSpec:
         for j, f in enumerate(spec.sparse)
     )
     dense = tuple(
-        DenseFeature(f"d{j}", side=check_choice(f"dense[{j}].side", f.side, SIDES)) for j, f in enumerate(spec.dense)
+        DenseFeature(f"d{j}", side=check_choice(f"dense[{j}].side", f.side, SIDES), mean=float(f.mean), std=float(f.std))
+        for j, f in enumerate(spec.dense)
     )
     return FeatureSpec(dense=dense, sparse=sparse)
 
@@ -233,6 +236,7 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
     vocab = tuple(f.vocab_size for f in data.sparse)
     sparse_sides, dense_sides = tuple(f.side for f in data.sparse), tuple(f.side for f in data.dense)
     model = build_model(clean, data, device="meta")
+    standardized = clean.uses("dense") and not model.standardize.identity
     D, masked = clean.embedding_dim, clean.rocs
     shapes: dict[Ref, Shape] = {"sparse": (len(vocab), D), "dense": (len(dense_sides),)}
     n_request_sparse = sum(s == "request" for s in sparse_sides)
@@ -258,6 +262,8 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
         vocab_sizes=tuple(vocab[j] for j in order),
         sparse_order=order,
         dense_order=request_first(dense_sides) if masked else None,
+        dense_mean=tuple(dense_means(data)) if standardized else None,
+        dense_inv_std=tuple(dense_inv_stds(data)) if standardized else None,
         uses_sparse=clean.uses("sparse"),
         uses_dense=clean.uses("dense"),
         genes=tuple(genes),

@@ -189,6 +189,39 @@ class Head(nn.Module):
         return self._flops
 
 
+class DenseStandardizer(nn.Module):
+    """``(x - mean) / std`` per dense column, with the training statistics the feature spec carries
+    (:class:`~rankitect.data.spec.DenseFeature`): every model's first step on ``batch.dense``.
+
+    The statistics are constants of the data the model was built for (non-persistent buffers, so a
+    ``state_dict`` holds only trained weights); a spec without statistics leaves ``x`` as it is.
+
+    >>> from rankitect.data.spec import DenseFeature, FeatureSpec
+    >>> spec = FeatureSpec(dense=(DenseFeature("a", mean=12.0, std=0.5),), sparse=())
+    >>> DenseStandardizer(spec)(torch.tensor([[12.0], [13.0]])).tolist()
+    [[0.0], [2.0]]
+    """
+
+    def __init__(self, spec: FeatureSpec) -> None:
+        super().__init__()
+        self.identity = all(f.mean == 0.0 and f.std == 1.0 for f in spec.dense)
+        self.register_buffer("mean", torch.tensor(dense_means(spec), dtype=torch.float32), persistent=False)
+        self.register_buffer("inv_std", torch.tensor(dense_inv_stds(spec), dtype=torch.float32), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.identity else (x - self.mean) * self.inv_std
+
+
+def dense_means(spec: FeatureSpec) -> list[float]:
+    """The dense columns' training means (storage order)."""
+    return [float(f.mean) for f in spec.dense]
+
+
+def dense_inv_stds(spec: FeatureSpec) -> list[float]:
+    """``1 / std`` of the dense columns (storage order), as the models multiply by it."""
+    return [1.0 / float(f.std) for f in spec.dense]
+
+
 class RankingModel(nn.Module):
     """The model of one architecture: ``forward(batch) -> logits (B,)``.
 
@@ -212,6 +245,7 @@ class RankingModel(nn.Module):
         order = [i for i, f in enumerate(spec.dense) if f.side == "request"]
         order += [i for i, f in enumerate(spec.dense) if f.side != "request"]
         self.register_buffer("dense_order", torch.tensor(order, dtype=torch.long), persistent=False)
+        self.standardize = DenseStandardizer(spec)
         self.adapters = nn.ModuleList()
         self.blocks = nn.ModuleList()
         for i, gene in enumerate(arch.blocks):
@@ -256,7 +290,8 @@ class RankingModel(nn.Module):
                 raise ValueError("no sparse embedding was built")
             return emb
         if ref == "dense":
-            return batch.dense.index_select(1, self.dense_order) if self.arch.rocs else batch.dense
+            dense = self.standardize(batch.dense)
+            return dense.index_select(1, self.dense_order) if self.arch.rocs else dense
         return outs[int(ref)]
 
     def forward(self, batch: Batch) -> torch.Tensor:

@@ -43,7 +43,7 @@ from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef
-from rankitect.space.builder import Head, InputAdapter, RankingModel, build_model
+from rankitect.space.builder import DenseStandardizer, Head, InputAdapter, RankingModel, build_model
 from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
@@ -152,6 +152,7 @@ class Supernet(nn.Module):
         self.layout = layout if layout is not None else layout_for(space, spec)
         self.dim = self.layout.embedding_dim
         self.embedding = SparseEmbedding(spec, self.dim)
+        self.standardize = DenseStandardizer(spec)
         shapes: dict[str, Shape] = {"sparse": (spec.n_sparse, self.dim)}
         if spec.n_dense:
             shapes["dense"] = (spec.n_dense,)
@@ -272,7 +273,7 @@ class Supernet(nn.Module):
                  take: Take = pick) -> torch.Tensor:
         """The head's input of ``path`` on ``batch``: its inputs flattened and concatenated ``(B, W)``."""
         plan = self.plan(path)
-        outs: dict[InputRef, torch.Tensor] = {"dense": batch.dense}
+        outs: dict[InputRef, torch.Tensor] = {"dense": self.standardize(batch.dense)}
         if plan.arch.uses("sparse"):
             outs["sparse"] = self.embedding(batch.sparse)
         for i, step in enumerate(plan.steps):

@@ -44,7 +44,44 @@ def test_round_trip_and_stats(data) -> None:
     assert tr.sparse.dtype == np.int32 and tr.probs is None and tr.bayes_ne is None
     assert tr.ctr == pytest.approx(float(np.mean(r["labels"])))
     assert tr.n_requests == 60 == len(set(r["request_ids"].tolist()))
-    assert len(d.split("val")) == 0 and d.spec == SPEC
+    assert len(d.split("val")) == 0
+    # the spec comes back with each dense column's training mean and std (numpy's, population std)
+    x = r["dense"].astype(np.float64)
+    assert [f.mean for f in d.spec.dense] == pytest.approx(x.mean(axis=0).tolist(), rel=1e-9)
+    assert [f.std for f in d.spec.dense] == pytest.approx(x.std(axis=0).tolist(), rel=1e-9)
+    assert d.spec.sparse == SPEC.sparse and [f.name for f in d.spec.dense] == ["d0", "d1"]
+
+
+def test_a_constant_dense_column_is_centred_only(tmp_path) -> None:
+    r = _rows(10, 1)
+    r["dense"][:, 1] = 7.0
+    n = len(r["labels"])
+    with StoreWriter(tmp_path / "d", SPEC, {"train": n, "val": 0, "test": 0}) as w:
+        w.write("train", *(r[k] for k in ("dense", "sparse", "labels", "request_ids")))
+        d = w.close({"source": "test"})
+    assert (d.spec.dense[1].mean, d.spec.dense[1].std) == (pytest.approx(7.0), 1.0)
+
+
+def test_a_store_of_an_older_format_is_rebuilt_by_the_cache(tmp_path) -> None:
+    import json
+
+    from rankitect.data.store import cached
+
+    r = _rows(10, 2)
+    n = len(r["labels"])
+
+    def build(out):
+        with StoreWriter(out, SPEC, {"train": n, "val": 0, "test": 0}) as w:
+            w.write("train", *(r[k] for k in ("dense", "sparse", "labels", "request_ids")))
+            return w.close({"source": "test", "cache_key": "k"})
+
+    out = tmp_path / "cache" / "d"
+    cached(out, "k", build)
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps({**meta, "format_version": 1}))  # as an older release wrote it
+    with pytest.raises(DataError, match="version 1"):
+        ClickData.open(out)
+    assert cached(out, "k", build).spec.dense[0].std != 1.0  # rebuilt, not refused
 
 
 def test_batches_in_order(data) -> None:

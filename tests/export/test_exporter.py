@@ -83,7 +83,7 @@ def test_export_writes_every_file(tmp_path: Path) -> None:
 
 
 def test_export_loads_and_scores_in_a_process_without_rankitect(tmp_path: Path) -> None:
-    spec = tiny_spec()
+    spec = tiny_spec().with_dense_stats([12.0, -3.0, 0.5, 100.0], [0.6, 2.0, 1.0, 40.0])  # standardized inside
     nasrec, engineer = sampled("nasrec", SMALL_NASREC, 1, 3)[0], sampled("engineer", SMALL_ENGINEER, 1, 4)[0]
     archs = [dataclasses.replace(ALL_OPS, rocs=True), nasrec, dataclasses.replace(engineer, rocs=True), DENSE_ONLY]
     batch = tiny_batch(spec, 6, seed=5)

@@ -154,3 +154,21 @@ def test_rocs_changes_no_shapes_or_flops_except_fm_split(spec: FeatureSpec) -> N
     assert [b.out_shape for b in plain.blocks] == [b.out_shape for b in masked.blocks]
     assert plain.flops() == masked.flops()
     assert np.isclose(sum(p.numel() for p in plain.parameters()), sum(p.numel() for p in masked.parameters()))
+
+
+@pytest.mark.parametrize("rocs", [False, True])
+def test_dense_features_are_standardized_with_the_spec_statistics(spec: FeatureSpec, batch: Batch, rocs: bool) -> None:
+    """A model of a spec with training statistics equals, weight for weight, the model of the same
+    spec without them fed ``(x - mean) / std`` by hand."""
+    arch = Architecture((BlockGene("mlp", ("dense",), {"width": 8}), BlockGene("dot", ("sparse", 0))),
+                        HeadGene((1, 0), (16,)), embedding_dim=4, rocs=rocs)
+    mean, std = np.array([12.0, -3.0, 0.5, 100.0]), np.array([0.6, 2.0, 1.0, 40.0])
+    stats = spec.with_dense_stats(mean, std)
+    plain, standardized = build_model(arch, spec), build_model(arch, stats)
+    standardized.load_state_dict(plain.state_dict())  # the statistics are no trained weights
+    assert plain.state_dict().keys() == standardized.state_dict().keys()
+    by_hand = make_batch(((batch.dense.double() - torch.tensor(mean)) / torch.tensor(std)).float(),
+                         batch.sparse_ids(), batch.labels, batch.request_ids, keys=list(batch.sparse.keys()))
+    with torch.no_grad():
+        torch.testing.assert_close(standardized(batch), plain(by_hand), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(standardized(batch), plain(batch), atol=1e-3)
