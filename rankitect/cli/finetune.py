@@ -65,15 +65,17 @@ def finetune_run(
     from rankitect.space import build_model
     from rankitect.space.architecture import Architecture
     from rankitect.space.flops import cost
-    from rankitect.train.finetune import check_same_features, finetune_model
+    from rankitect.train.finetune import check_same_features, finetune_model, spec_for_weights
 
     with tempfile.TemporaryDirectory() as tmp:
         files = tracker.fetch_model_files(run_id, tmp)
         arch = Architecture.from_json(files.genotype.read_text())
-        check_same_features(FeatureSpec.load(files.spec), data.spec, f"finetune {run_id}")
+        trained = FeatureSpec.load(files.spec)
+        check_same_features(trained, data.spec, f"finetune {run_id}")
+        spec = data.spec if from_scratch else spec_for_weights(trained, data.spec)  # inputs as the weights saw them
         with torch.random.fork_rng():
             torch.manual_seed(cfg.train.seed)
-            model = build_model(arch, data.spec)
+            model = build_model(arch, spec)
             if from_supernet:
                 model.load_state_dict(_supernet_weights(tracker, files.run_id, arch, Path(tmp) / "supernet"))
             elif not from_scratch:
@@ -86,7 +88,7 @@ def finetune_run(
     tags = {FROM_TAG: files.run_id, "rankitect.command": "finetune", "rankitect.kind": "finetune",
             "rankitect.start": start, "rankitect.kept": "start" if outcome.kept_start else "finetuned"}
     new_id = tracker.log_trial(files.run_id, arch, result, tags, params=data_params(cfg), history=outcome.history)
-    tracker.log_model(new_id, model.state_dict(), data.spec)
+    tracker.log_model(new_id, model.state_dict(), spec)
     return new_id, files.run_id, outcome
 
 
