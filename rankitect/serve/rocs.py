@@ -73,7 +73,7 @@ def request_sources(model: RankingModel, batch: Batch, index: torch.Tensor, firs
             _lookup(model, names[r:], ids, column, len(ids)), index, first,
         )
     if model.arch.uses("dense"):
-        dense = batch.dense.index_select(1, model.dense_order)  # (B, n_dense), request side first
+        dense = model.standardize(batch.dense).index_select(1, model.dense_order)  # (B, n_dense), request side first
         r = spec.n_request_dense
         if check:
             _check_constant(dense[:, :r], index, first, [f.name for f in spec.dense if f.side == "request"])

@@ -32,9 +32,11 @@ REQUEST_IDS = (7, 3, 9, 1, 3)  # not sorted; id 3 twice (two runs: two requests)
 
 @pytest.fixture(scope="module")
 def spec() -> FeatureSpec:
-    """4 dense and 6 sparse features, half of each request side (so request pairs exist)."""
+    """4 dense and 6 sparse features, half of each request side (so request pairs exist); the dense
+    ones with training statistics (models standardize them first, shared scoring too)."""
     return FeatureSpec(
-        dense=tuple(DenseFeature(f"d{i}", "request" if i % 2 else "candidate") for i in range(4)),
+        dense=tuple(DenseFeature(f"d{i}", "request" if i % 2 else "candidate", mean=0.5 * i - 0.7, std=0.5 + 0.3 * i)
+                    for i in range(4)),
         sparse=tuple(SparseFeature(f"s{i}", 5 + 3 * i, "request" if i < 3 else "candidate") for i in range(6)),
     )
 
