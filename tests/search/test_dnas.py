@@ -112,7 +112,13 @@ def test_one_forward_step_trains_the_weights_as_a_plain_step_and_moves_the_archi
     SupernetTrainer(plain, TRAIN, ctr).step(batch, path)
     SupernetTrainer(joint, TRAIN, ctr).step(batch, path, gates=gates, objective=lambda loss: 3.7 * loss)
     for (name, a), b in zip(plain.named_parameters(), joint.parameters()):
-        assert torch.allclose(a, b, atol=1e-6), name  # the objective's factor does not reach the weights
+        keep = torch.ones_like(a, dtype=torch.bool)
+        if name.endswith("qkv.bias"):
+            # The key bias's gradient is zero in exact arithmetic (softmax ignores a constant added to
+            # a row of scores), so it holds float rounding, which Adam scales up to a full step.
+            third = a.numel() // 3
+            keep[third:2 * third] = False
+        assert torch.allclose(a[keep], b[keep], atol=1e-6), name  # the objective's factor does not reach the weights
     assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in weights.arch_parameters())
 
 
