@@ -65,14 +65,14 @@ def finetune_run(
     from rankitect.space import build_model
     from rankitect.space.architecture import Architecture
     from rankitect.space.flops import cost
-    from rankitect.train.finetune import check_same_features, finetune_model, spec_for_weights
+    from rankitect.train.finetune import check_same_features, finetune_model
 
     with tempfile.TemporaryDirectory() as tmp:
         files = tracker.fetch_model_files(run_id, tmp)
         arch = Architecture.from_json(files.genotype.read_text())
         trained = FeatureSpec.load(files.spec)
         check_same_features(trained, data.spec, f"finetune {run_id}")
-        spec = data.spec if from_scratch else spec_for_weights(trained, data.spec)  # inputs as the weights saw them
+        spec = data.spec if from_scratch else data.spec.with_dense_stats_of(trained)  # inputs as the weights saw them
         with torch.random.fork_rng():
             torch.manual_seed(cfg.train.seed)
             model = build_model(arch, spec)

@@ -23,7 +23,7 @@ class DenseFeature:
 
     ``mean`` and ``std`` are the training split's statistics of the stored values (the data store
     fills them in when it writes a data set). Models standardize the feature with them,
-    ``(x - mean) / std``, as their first step (:func:`dense_standardizer`). Log counts and amounts are
+    ``(x - mean) / std``, as their first step (:class:`~rankitect.space.builder.DenseStandardizer`). Log counts and amounts are
     far from centred (adult's ``fnlwgt`` is 12 +- 0.6 after log1p), and an input of that size
     turns every dense-weight step into a large swing of the logit. The defaults leave a value as
     it is.
@@ -126,6 +126,19 @@ class FeatureSpec:
         dense = tuple(replace(f, mean=float(m), std=float(sd) if sd > 1e-6 else 1.0)
                       for f, m, sd in zip(self.dense, mean, std))
         return replace(self, dense=dense)
+
+    def with_dense_stats_of(self, other: FeatureSpec) -> FeatureSpec:
+        """This spec with ``other``'s dense statistics: trained weights expect their inputs
+        standardized as in their own training, whatever the statistics of the data they meet (a
+        spec from before the statistics existed has the neutral ones, so such weights see raw
+        inputs).
+
+        >>> old = FeatureSpec(dense=(DenseFeature("a", mean=3.0, std=2.0),), sparse=())
+        >>> new = FeatureSpec(dense=(DenseFeature("a", mean=5.0, std=1.0),), sparse=())
+        >>> new.with_dense_stats_of(old).dense[0]
+        DenseFeature(name='a', side='candidate', mean=3.0, std=2.0)
+        """
+        return self.with_dense_stats([f.mean for f in other.dense], [f.std for f in other.dense])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -88,7 +88,7 @@ def export_model(
     save_file(state, str(out / "model.safetensors"), metadata={"architecture": arch.hash})
     if data is not None:
         # the reader's preprocessing must be the model's; the dense statistics are the model's own
-        if data.spec.with_dense_stats([f.mean for f in spec.dense], [f.std for f in spec.dense]) != spec:
+        if data.spec.with_dense_stats_of(spec) != spec:
             raise ValueError("the data set's feature spec differs from the model's")
         (out / "preprocess.json").write_text(json.dumps(preprocessing(data)) + "\n")
     (out / "genotype.json").write_text(arch.to_json(indent=2) + "\n")

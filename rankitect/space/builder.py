@@ -284,14 +284,23 @@ class RankingModel(nn.Module):
             raise ValueError(f"blocks[{i}] ({gene.op} on input shape {adapter.out_shape}): {err}") from None
         return adapter, block
 
-    def _source(self, ref: InputRef, batch: Batch, emb: torch.Tensor | None, outs: list[torch.Tensor]) -> torch.Tensor:
+    def _dense(self, batch: Batch) -> torch.Tensor | None:
+        """``batch.dense`` standardized (and request side first when masked), once per forward."""
+        if not self.arch.uses("dense"):
+            return None
+        dense = self.standardize(batch.dense)
+        return dense.index_select(1, self.dense_order) if self.arch.rocs else dense
+
+    @staticmethod
+    def _source(ref: InputRef, dense: torch.Tensor | None, emb: torch.Tensor | None,
+                outs: list[torch.Tensor]) -> torch.Tensor:
         if ref == "sparse":
             if emb is None:
                 raise ValueError("no sparse embedding was built")
             return emb
         if ref == "dense":
-            dense = self.standardize(batch.dense)
-            return dense.index_select(1, self.dense_order) if self.arch.rocs else dense
+            assert dense is not None  # the builder refused an architecture reading absent dense inputs
+            return dense
         return outs[int(ref)]
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -301,11 +310,12 @@ class RankingModel(nn.Module):
     def forward_dense(self, batch: Batch, emb: torch.Tensor | None) -> torch.Tensor:
         """Logits from the looked-up fields ``emb`` ``(B, n_sparse, D)`` and ``batch.dense``: every
         layer after the embedding lookup (``runtime.compile`` compiles this part alone)."""
+        dense = self._dense(batch)
         outs: list[torch.Tensor] = []
         for gene, adapter, block in zip(self.arch.blocks, self.adapters, self.blocks):
-            xs = adapter([self._source(r, batch, emb, outs) for r in gene.inputs])
+            xs = adapter([self._source(r, dense, emb, outs) for r in gene.inputs])
             outs.append(block(*xs))
-        feats = [_flat(self._source(r, batch, emb, outs)) for r in self.arch.head.inputs]
+        feats = [_flat(self._source(r, dense, emb, outs)) for r in self.arch.head.inputs]
         return self.head(_cat(feats, self.head_r, self.arch.rocs))
 
     def flops(self) -> int:

@@ -46,20 +46,6 @@ def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> 
         raise UserError(f"{where}: the data has {data.n_dense} dense features, the model was trained on {trained.n_dense}")
 
 
-def spec_for_weights(trained: FeatureSpec, data: FeatureSpec) -> FeatureSpec:
-    """``data``'s spec with the dense statistics of ``trained``: trained weights expect their inputs
-    standardized as in their own training, whatever the statistics of the data they go on with (a
-    spec from before the statistics existed has the neutral ones, so such weights see raw inputs).
-
-    >>> from rankitect.data.spec import DenseFeature
-    >>> old = FeatureSpec(dense=(DenseFeature("a", mean=3.0, std=2.0),), sparse=())
-    >>> new = FeatureSpec(dense=(DenseFeature("a", mean=5.0, std=1.0),), sparse=())
-    >>> spec_for_weights(old, new).dense[0]
-    DenseFeature(name='a', side='candidate', mean=3.0, std=2.0)
-    """
-    return data.with_dense_stats([f.mean for f in trained.dense], [f.std for f in trained.dense])
-
-
 def finetune_model(
     model: Any, data: Any, cfg: TrainConfig, *, from_scratch: bool = False, runtime: RuntimeConfig | None = None,
 ) -> FinetuneOutcome:
