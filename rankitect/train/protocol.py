@@ -5,7 +5,7 @@ set, caps the batches), is validated on the whole validation split at the end of
 large data every :func:`validation_interval` steps instead), stops once ``train.patience``
 validations in a row brought no better validation NE, and gets back the weights of its best
 validation before it is tested. A search may also stop it early through a ``report`` hook that is
-called after every validation and raises :class:`~rankitect.train.task.TrialPruned` (successive
+called after every validation with the best validation NE so far and raises :class:`~rankitect.train.task.TrialPruned` (successive
 halving, see :mod:`rankitect.search.pruning`).
 
 Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
@@ -44,7 +44,10 @@ from rankitect.train.task import TrialDiverged, TrialPruned
 MIN_AUTO_INTERVAL = 2_000  # training steps between validations, at least (auto)
 VAL_COST_FACTOR = 2  # ... and at least this many times the validation batches
 
-# (validation index from 1, validation NE, whether training ends here anyway); may raise TrialPruned
+# (validation index from 1, best validation NE so far, whether training ends here anyway); may raise
+# TrialPruned. The best so far, not the latest: it is what the training returns if it stops here (its
+# best state is restored), and a curve that swings from one validation to the next is not judged on a
+# swing.
 Report = Callable[[int, float, bool], None]
 
 
@@ -94,8 +97,8 @@ class Protocol(pl.Callback):
         val_batches: a callable giving a fresh iterator over the validation batches.
         cfg: ``patience``, ``val_batches``, ``warmup_steps``.
         schedule: when to validate.
-        report: called after each validation with its index (from 1), its NE and whether training
-            ends there anyway; may raise.
+        report: called after each validation with its index (from 1), the best validation NE so far
+            and whether training ends there anyway; may raise.
     """
 
     def __init__(
@@ -142,7 +145,7 @@ class Protocol(pl.Callback):
         if self.report is not None:
             final = trainer.should_stop or step >= self.schedule.total_steps
             try:
-                self.report(len(self.history), ne, final)
+                self.report(len(self.history), self.best_ne, final)
             except TrialPruned as e:  # attach the partial curve for the trial's record
                 raise TrialPruned(str(e), history=self.history, best_ne=self.best_ne, steps=step) from None
 

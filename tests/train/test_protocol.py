@@ -158,6 +158,13 @@ def test_report_can_stop_training_and_keeps_the_partial_curve(data, monkeypatch:
     assert e.value.steps == 2 * EPOCH
 
 
+def test_report_gets_the_best_validation_so_far(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    _train(data, _cfg(max_epochs=4, patience=0), [0.9, 0.7, 0.8, 0.75], monkeypatch,
+           report=lambda index, ne, final: seen.append((index, ne, final)))
+    assert seen == [(1, 0.9, False), (2, 0.7, False), (3, 0.7, False), (4, 0.7, True)]
+
+
 def test_schedule_matches_the_textbook_counts() -> None:
     cfg = TrainConfig(batch_size=512, max_epochs=20)
     small = Schedule.of(cfg, 80_000, 10_000)  # 157 steps an epoch: validate every epoch
