@@ -11,7 +11,8 @@ each strategy (``evolution``, ``tpe``, ``oneshot``, ``dnas``) and seed, one defa
 search`` runs in a process of its own (the six baselines are trained by every search: they are the
 same models with the same seed, so their spread across seeds is training noise). Where the config
 has ``search.time_budget`` (the training protocol's wall-clock budget) every search gets the same
-one (``--budget`` minutes); otherwise the sampling strategies get ``--trials`` candidates.
+one (``--budget`` minutes) and no cap on candidates, so the budget ends every search; otherwise the
+sampling strategies get ``--trials`` candidates.
 
 Prints one table per data set: mean and spread (standard deviation over seeds) of test NE, AUC,
 MFLOPs and search minutes for each baseline and for the model each strategy returned (its winner,
@@ -175,7 +176,9 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
-    parser.add_argument("--trials", type=int, default=16, help="candidates of the sampling strategies")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="search.trials: candidates of the sampling strategies (default 16; with search.time_budget "
+                             "10,000, so that the budget, not the count, ends every search)")
     parser.add_argument("--budget", type=float, default=30.0, help="minutes per search (with search.time_budget)")
     parser.add_argument("--rows", type=int, default=0, help="synthetic rows (data.rows); 0: the default")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -185,6 +188,8 @@ def main() -> None:
     parser.add_argument("--summarize", action="store_true", help="print the tables of --out's results, run nothing")
     parser.add_argument("--reduced", action="store_true", help="1 seed, 20k synthetic rows, short trainings")
     args = parser.parse_args()
+    if args.trials is None:
+        args.trials = 10_000 if has_time_budget() else 16
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "quality.jsonl"
