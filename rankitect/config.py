@@ -128,7 +128,7 @@ class SearchConfig:
     seed: int = 0
     target_mflops: float | Literal["auto"] | None = "auto"  # auto: the best baseline's FLOPs; null: NE alone
     time_budget: str | float | None = None  # wall clock of the whole search, e.g. "90m", "4h", "3600" (seconds); None: trials decide
-    pruning: Literal["asha", "none"] = "asha"  # stop unpromising candidates early (asynchronous successive halving)
+    pruning: Literal["asha", "hyperband", "none"] = "asha"  # stop unpromising candidates early: successive halving; hyperband: brackets of later first rungs
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
     pruning_min_validations: int = 1  # validations before a candidate may first be pruned (rungs at this x reduction^k)
     penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|

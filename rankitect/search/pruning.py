@@ -9,6 +9,14 @@ rung. Baselines report too but are never stopped, so from the first candidate on
 up with the hand-designed ones to be trained further. The rule is the same whichever strategy
 proposed the candidate.
 
+``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
+2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
+one of several brackets, bracket ``s`` runs the same successive halving with its first rung at
+``min_validations * reduction**s`` validations and ranks only against the trials of its bracket. On
+data where models improve for many epochs and an architecture that starts slowly ends best, the
+later brackets still train such candidates far enough to be judged. The largest resource is the
+longest curve of the trials finished when a candidate is first judged (the baselines train first).
+
 Where the rung study lives: in the search's own shared storage (``search.storage``, study
 ``<study_name>.rungs``), so every process of a shared search prunes against all; otherwise in an
 Optuna journal file in the search folder, which the worker processes of ``--workers`` open too.
@@ -40,6 +48,7 @@ class RungTicket:
         trial_id: the Optuna trial id of this training.
         reduction, min_validations: the successive-halving rule.
         prune: ``False`` for baselines (they report, and are never stopped).
+        rule: ``"asha"`` (one bracket) or ``"hyperband"`` (brackets of later first rungs).
     """
 
     storage: str
@@ -48,13 +57,20 @@ class RungTicket:
     reduction: int
     min_validations: int
     prune: bool = True
+    rule: str = "asha"
 
     def reporter(self) -> Reporter:
         return Reporter(self)
 
 
-def _pruner(reduction: int, min_validations: int) -> Any:
+RULES = ("asha", "hyperband")
+
+
+def _pruner(rule: str, reduction: int, min_validations: int) -> Any:
     optuna = _optuna.import_optuna()
+    if rule == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=min_validations, max_resource="auto",
+                                              reduction_factor=reduction)
     return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_validations, reduction_factor=reduction,
                                                   min_early_stopping_rate=0)
 
@@ -78,7 +94,7 @@ class Reporter:
         optuna = _optuna.import_optuna()
         self.ticket = ticket
         study = optuna.load_study(study_name=ticket.study_name, storage=_storage(ticket.storage),
-                                  pruner=_pruner(ticket.reduction, ticket.min_validations))
+                                  pruner=_pruner(ticket.rule, ticket.reduction, ticket.min_validations))
         self.trial = optuna.trial.Trial(study, ticket.trial_id)
 
     def __call__(self, index: int, ne: float, final: bool = False) -> None:
@@ -99,15 +115,17 @@ class Rungs:
         storage: the search's shared storage URL, or ``None`` for a journal file at ``journal``.
         study_name: the shared study's name (the rung study is ``study_name + ".rungs"``).
         journal: the journal file used without shared storage.
-        reduction, min_validations: see :class:`RungTicket`.
+        reduction, min_validations, rule: see :class:`RungTicket`.
     """
 
     def __init__(self, storage: str | None, study_name: str | None, journal: Path, *, reduction: int,
-                 min_validations: int) -> None:
+                 min_validations: int, rule: str = "asha") -> None:
         if reduction < 2 or min_validations < 1:
             raise ValueError(f"successive halving needs reduction >= 2 and min_validations >= 1, "
                              f"got {reduction} and {min_validations}")
-        self.reduction, self.min_validations = reduction, min_validations
+        if rule not in RULES:
+            raise ValueError(f"pruning rule must be one of {RULES}, got {rule!r}")
+        self.reduction, self.min_validations, self.rule = reduction, min_validations, rule
         if storage is None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             self.location, self.study_name = f"journal:{journal}", "rungs"
@@ -124,7 +142,8 @@ class Rungs:
         trial = self.study.ask()
         trial.set_user_attr("name", name)
         self._numbers[trial._trial_id] = trial.number
-        return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune)
+        return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
+                          self.rule)
 
     def close(self, ticket: RungTicket, result: TrialResult) -> None:
         """Finish the ticket's trial as COMPLETE (its best validation NE), PRUNED or FAIL."""

@@ -179,11 +179,13 @@ class SearchRunner:
                   f"rankitect search --resume {self.state.parent_run_id}")
 
     def _open_rungs(self) -> None:
-        """The rung study of successive halving (``search.pruning=asha``), see :mod:`~rankitect.search.pruning`."""
+        """The rung study of successive halving (``search.pruning``: asha or hyperband), see
+        :mod:`~rankitect.search.pruning`."""
         search = self.cfg.search
-        if search.pruning == "asha":
+        if search.pruning != "none":
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
-                               reduction=search.pruning_reduction, min_validations=search.pruning_min_validations)
+                               reduction=search.pruning_reduction, min_validations=search.pruning_min_validations,
+                               rule=search.pruning)
 
     def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture, *,
                 prune: bool) -> Future:
@@ -295,7 +297,7 @@ class SearchRunner:
         (so a search whose every candidate is pruned still ends).
         """
         search, trials = self.cfg.search, self.candidate_budget()
-        cap = trials * (search.pruning_reduction if search.pruning == "asha" and self.strategy.prunable else 1)
+        cap = trials * (search.pruning_reduction if search.pruning != "none" and self.strategy.prunable else 1)
         if self.shared is None:
             cands = self.state.candidates()
             finished = sum(1 for t in cands if t.result["status"] != "pruned")

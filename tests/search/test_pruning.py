@@ -71,6 +71,36 @@ def test_rungs_are_at_min_times_reduction_powers(tmp_path: Path) -> None:
     last(2, 0.9, True)  # a final validation is recorded at its rung but never pruned
 
 
+def test_hyperband_brackets_first_judge_at_later_rungs(tmp_path: Path) -> None:
+    """Hyperband (Li et al. 2018): with the largest resource 10 validations (Optuna: the longest
+    finished curve + 1) and reduction 3 there are floor(log3(10)) + 1 = 3 brackets, whose first rungs are at 1, 3 and 9 validations. A candidate
+    worse than every other trial is stopped at its bracket's first rung, so across many candidates
+    the validations at which they stop are exactly {1, 3, 9}; under ``asha`` every one stops at 1."""
+    def stops(rule: str) -> list[int]:
+        rungs = Rungs(None, None, tmp_path / f"{rule}.journal", reduction=3, min_validations=1, rule=rule)
+        for b in range(6):  # baselines: finished curves of 9 validations, better than any candidate
+            ticket = rungs.ticket(f"base{b}", prune=False)
+            reporter = ticket.reporter()
+            for k in range(1, 10):
+                reporter(k, 0.5 + 0.01 * b, k == 9)
+            rungs.close(ticket, TrialResult(val_ne=0.5 + 0.01 * b, mflops=1.0))
+        at = []
+        for i in range(40):
+            ticket = rungs.ticket(f"c{i}")
+            reporter = ticket.reporter()
+            for k in range(1, 13):
+                try:
+                    reporter(k, 0.9 + 0.001 * i, k == 12)
+                except TrialPruned:
+                    at.append(k)
+                    break
+            rungs.close(ticket, TrialResult.pruning("x", val_ne=0.9, mflops=1.0, params=1, train_seconds=0.0, steps=k))
+        return at
+
+    assert set(stops("asha")) == {1}
+    assert set(stops("hyperband")) == {1, 3, 9}
+
+
 class PlantedCurves:
     """``evaluate`` during training: a planted NE curve per trained model, in training order."""
 
@@ -140,6 +170,22 @@ def test_every_candidate_pruned_still_ends(env, monkeypatch) -> None:
     cands = outcome.table[outcome.table["kind"] == "candidate"]
     assert list(cands["status"]) == ["pruned"] * 4  # proposals stop at trials x reduction
     assert outcome.table.loc[outcome.table["winner"], "name"].tolist() == ["dlrm"]  # the baseline competes
+
+
+def test_hyperband_through_the_runner(env, monkeypatch) -> None:
+    """With 3 validations a training and reduction 2, hyperband's brackets first judge at 1, 2 and 4
+    validations: candidates worse than the baseline stop at 1 or 2, or (first rung past the end of
+    training) finish; the search ends all the same. (Trials fall into brackets by a hash of the
+    study name and trial number, the same in every run.)"""
+    planted = PlantedCurves([[0.5] * 3] + [[0.9 + 0.001 * i] * 3 for i in range(40)])  # each worse than the last
+    monkeypatch.setattr(protocol, "evaluate", planted)
+    cfg = load_config(overrides=[*TINY, "search.trials=4", "search.baselines=[dlrm]", "search.pruning_reduction=2",
+                                 "search.pruning=hyperband"])
+    outcome = SearchRunner(cfg, echo=lambda line: None).run()
+    cands = outcome.table[outcome.table["kind"] == "candidate"]
+    assert set(cands["status"]) == {"pruned", "ok"}  # asha would prune every one (see the test above)
+    assert (cands["status"] == "ok").sum() <= 4 and len(cands) <= 4 * 2
+    assert outcome.table.loc[outcome.table["winner"], "name"].tolist() == ["dlrm"]
 
 
 def test_time_budget_stops_new_candidates(env) -> None:
