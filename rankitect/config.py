@@ -101,7 +101,7 @@ class DnasConfig:
     """The ``dnas`` strategy: Gumbel-softmax weights over every choice, trained on validation batches."""
 
     supernet_steps: int = 300  # at most; see epochs and stable_steps
-    epochs: float = 1.0  # steps at most this many passes over the train split (warmup shrinks in proportion)
+    epochs: float | Literal["auto"] = "auto"  # passes over the train split at most (warmup shrinks in proportion); auto: the baselines' median epochs to their best validation, at least 1
     stable_steps: int = 40  # stop once the most probable architecture held this many arch steps; 0: never
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
@@ -219,7 +219,7 @@ RANGES: dict[str, Range] = {
     "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,
     "search.oneshot.top_k": AT_LEAST_1, "search.oneshot.log_every": AT_LEAST_1,
     "search.dnas.supernet_steps": AT_LEAST_1, "search.dnas.warmup_steps": AT_LEAST_0,
-    "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
+    "search.dnas.epochs": POSITIVE,  # or "auto" "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
     "search.dnas.samples": Range(2),

@@ -88,6 +88,7 @@ class TrialResult:
             measured once before training; ``None`` when it was never built.
         train_seconds: wall time of training.
         error: why a failed trial failed.
+        steps: training steps taken; best_step: the step of the best validation (an ok trial's).
     """
 
     status: str = "ok"
@@ -101,6 +102,7 @@ class TrialResult:
     error: str | None = None
     steps: int | None = None  # training steps taken
     cost: Cost | None = None
+    best_step: int | None = None  # the step of the best validation
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -141,12 +143,13 @@ class TrialResult:
     def from_metrics(
         cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
         train_seconds: float | None = None, steps: int | None = None, cost: Cost | None = None,
+        best_step: int | None = None,
     ) -> TrialResult:
         """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
         return cls(
             val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
             test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
-            train_seconds=train_seconds, steps=steps, cost=cost,
+            train_seconds=train_seconds, steps=steps, cost=cost, best_step=best_step,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -28,7 +28,8 @@ options). The architecture weights minimize the expected
 (the schedule is at most ``epochs`` passes); ``val`` on validation batches. The penalty's gradient
 of the ``gumbel`` estimator comes from the expected FLOPs, differentiable in the choice
 probabilities (:meth:`ArchStep.objective_of`). The search is sized to the data
-(:func:`dnas_schedule`): at most ``epochs`` passes over the train split, and it stops once the most
+(:func:`dnas_schedule`): at most ``epochs`` passes over the train split (``auto``, the default: as
+many as the baselines took to their best validation, :func:`auto_epochs`), and it stops once the most
 probable architecture has held for ``stable_steps`` architecture steps. It starts around the best
 trained baseline the space holds (``start_logit`` more per choice), as the sampling strategies start
 from the baselines. The most probable architecture (and the next ``top_k - 1``; with a time budget,
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -67,7 +68,7 @@ def check_dnas_config(cfg: DnasConfig) -> None:
     for key in ("supernet_steps", "arch_every", "top_k", "log_every"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"search.dnas.{key} must be >= 1, got {getattr(cfg, key)!r}")
-    if not cfg.epochs > 0 or cfg.stable_steps < 0:
+    if not (cfg.epochs == "auto" or cfg.epochs > 0) or cfg.stable_steps < 0:
         raise ConfigError(f"search.dnas.epochs must be > 0 and stable_steps >= 0, got {cfg.epochs!r}, "
                           f"{cfg.stable_steps!r}")
     if cfg.estimator not in ("reinforce", "gumbel"):
@@ -85,12 +86,31 @@ def dnas_schedule(cfg: DnasConfig, train_rows: int, batch_size: int) -> tuple[in
     """Weight steps and warmup steps of a search on ``train_rows`` training rows: ``supernet_steps``
     or ``epochs`` passes over the train split, whichever is fewer, the warmup keeping its share
     (:func:`~rankitect.supernet.train.supernet_schedule`, as one-shot's); the temperature anneals
-    over the steps run.
+    over the steps run. ``epochs: auto`` not yet resolved (:func:`auto_epochs`) is one pass.
 
-    >>> dnas_schedule(DnasConfig(), 80_000, 512), dnas_schedule(DnasConfig(), 10**6, 512)
+    >>> dnas_schedule(DnasConfig(epochs=1.0), 80_000, 512), dnas_schedule(DnasConfig(epochs=1.0), 10**6, 512)
     ((157, 26), (300, 50))
     """
-    return supernet_schedule(cfg.supernet_steps, cfg.warmup_steps, cfg.epochs, train_rows, batch_size)
+    epochs = 1.0 if cfg.epochs == "auto" else cfg.epochs
+    return supernet_schedule(cfg.supernet_steps, cfg.warmup_steps, epochs, train_rows, batch_size)
+
+
+def auto_epochs(best_steps: list[int], train_rows: int, batch_size: int) -> float:
+    """``search.dnas.epochs: auto``: the median over the trained baselines of the epochs they took to
+    their best validation, at least 1 (1 without any). On data where models improve for many
+    epochs a supernet that sees each row once has learnt too little to rank paths by; on data whose
+    models peak in their first epoch, one pass is what they need too.
+
+    >>> auto_epochs([3 * 157, 9 * 157, 5 * 157], 80_000, 512), auto_epochs([100], 80_000, 512), auto_epochs([], 10, 5)
+    (5.0, 1.0, 1.0)
+    """
+    per_epoch = math.ceil(train_rows / batch_size)
+    epochs = sorted(step / per_epoch for step in best_steps)
+    if not epochs:
+        return 1.0
+    mid = len(epochs) // 2
+    median = epochs[mid] if len(epochs) % 2 else (epochs[mid - 1] + epochs[mid]) / 2
+    return max(1.0, median)
 
 
 @dataclass
@@ -325,11 +345,14 @@ class DnasSearch(PlanProposer):
                  config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
         self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
+        self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: the search starts around the best one (and
-        never retrains it)."""
+        never retrains it). Every trained baseline tells ``epochs: auto`` how long models take here."""
         super().observe(arch, result)
+        if result.ok and result.best_step:
+            self._best_steps.append(result.best_step)
         path = self.space.encode(arch)
         if path is None or not result.ok:
             return False
@@ -344,7 +367,11 @@ class DnasSearch(PlanProposer):
         supernet = build_supernet(self.space, data.spec, context.seed)
         run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(tracker, run_id)
-        steps, warmup = dnas_schedule(cfg, len(data.split("train")), context.train_cfg.batch_size)
+        rows, batch_size = len(data.split("train")), context.train_cfg.batch_size
+        if cfg.epochs == "auto":
+            cfg = replace(cfg, epochs=auto_epochs(self._best_steps, rows, batch_size))
+            context.echo(f"dnas: epochs auto: {cfg.epochs:.1f} (the baselines' median epochs to their best validation)")
+        steps, warmup = dnas_schedule(cfg, rows, batch_size)
         context.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                      f"at most {steps} steps (architecture steps from step {warmup})")
         start = min(self._starts, key=lambda vp: vp[0])[1] if self._starts else None
@@ -362,4 +389,4 @@ class DnasSearch(PlanProposer):
         return archs
 
 
-__all__ = ["ArchStep", "DnasSearch", "Stability", "check_dnas_config", "dnas_schedule", "dnas_search"]
+__all__ = ["ArchStep", "DnasSearch", "Stability", "auto_epochs", "check_dnas_config", "dnas_schedule", "dnas_search"]

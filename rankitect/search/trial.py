@@ -64,7 +64,7 @@ def run_trial(
         report = ticket.reporter() if ticket is not None else None
         out = train_architecture(arch, data, cfg, report=report)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds,
-                                          steps=out.steps, cost=cost)
+                                          steps=out.steps, cost=cost, best_step=out.best_step)
         if weights_path is not None:
             from rankitect.track.weights import save_weights
 

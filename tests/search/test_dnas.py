@@ -348,3 +348,53 @@ def test_dnas_takes_the_baselines_its_space_holds() -> None:
     assert not strategy.observe(inside, TrialResult(val_ne=0.8, mflops=1.0, status="failed"))
     outside = get_baseline("wukong", tiny_spec())
     assert space.encode(outside) is None and not strategy.observe(outside, TrialResult(val_ne=0.7, mflops=1.0))
+
+
+def test_auto_epochs_is_the_median_of_the_baselines_epochs_to_their_best() -> None:
+    from rankitect.search.dnas import auto_epochs
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        rows, batch = int(rng.integers(100, 10_000)), int(rng.integers(8, 512))
+        per_epoch = -(-rows // batch)
+        steps = [int(s) for s in rng.integers(1, 20 * per_epoch, size=int(rng.integers(1, 7)))]
+        assert auto_epochs(steps, rows, batch) == pytest.approx(max(1.0, float(np.median(np.array(steps) / per_epoch))))
+    assert auto_epochs([], 1000, 10) == 1.0
+
+
+class _NoTracker:
+    """The tracker calls of a supernet phase, recorded nowhere."""
+
+    def start_child_run(self, *args, **kwargs) -> str:
+        return "supernet"
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickData, monkeypatch) -> None:
+    """``epochs: auto`` (the default): every trained baseline, in the space or not, tells how many
+    epochs models took to their best validation here; the supernet's schedule is their median."""
+    from rankitect.search.base import SearchContext, TrialResult
+    from rankitect.search.dnas import DnasSearch
+    from rankitect.space.baselines import get_baseline
+
+    space = three_slots()
+    per_epoch = -(-len(data.split("train")) // TRAIN.batch_size)
+    strategy = DnasSearch(space, seed=0, objective=Objective(), config=DnasConfig(supernet_steps=10**6))
+    inside = space.decode(space.sample(np.random.default_rng(1)))
+    strategy.observe(inside, TrialResult(val_ne=0.8, mflops=1.0, best_step=2 * per_epoch))
+    strategy.observe(get_baseline("wukong", data.spec), TrialResult(val_ne=0.7, mflops=1.0, best_step=6 * per_epoch))
+    strategy.observe(inside, TrialResult(status="failed", best_step=90 * per_epoch))  # failed: not counted
+    strategy.observe(get_baseline("dlrm", data.spec), TrialResult(val_ne=0.9, mflops=1.0, best_step=3 * per_epoch))
+    seen = {}
+
+    def fake_search(supernet, data, train_cfg, cfg, objective, **kw):
+        seen["schedule"] = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
+        return ArchitectureWeights(space)
+
+    monkeypatch.setattr("rankitect.search.dnas.dnas_search", fake_search)
+    context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
+                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+    strategy.search(context)
+    assert seen["schedule"][0] == 3 * per_epoch  # median of 2, 6 and 3 epochs
