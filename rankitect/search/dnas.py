@@ -41,6 +41,7 @@ logged to a ``supernet`` child run in batches.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -104,13 +105,9 @@ def auto_epochs(best_steps: list[int], train_rows: int, batch_size: int) -> floa
     >>> auto_epochs([3 * 157, 9 * 157, 5 * 157], 80_000, 512), auto_epochs([100], 80_000, 512), auto_epochs([], 10, 5)
     (5.0, 1.0, 1.0)
     """
-    per_epoch = math.ceil(train_rows / batch_size)
-    epochs = sorted(step / per_epoch for step in best_steps)
-    if not epochs:
+    if not best_steps:
         return 1.0
-    mid = len(epochs) // 2
-    median = epochs[mid] if len(epochs) % 2 else (epochs[mid - 1] + epochs[mid]) / 2
-    return max(1.0, median)
+    return max(1.0, statistics.median(best_steps) / math.ceil(train_rows / batch_size))
 
 
 @dataclass

@@ -299,7 +299,8 @@ class RankingModel(nn.Module):
                 raise ValueError("no sparse embedding was built")
             return emb
         if ref == "dense":
-            assert dense is not None  # the builder refused an architecture reading absent dense inputs
+            if dense is None:
+                raise ValueError("no dense inputs: the architecture reads 'dense' but the feature spec has none")
             return dense
         return outs[int(ref)]
 
