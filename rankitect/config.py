@@ -126,13 +126,14 @@ class SearchConfig:
     rocs: bool = False  # only architectures whose field mixing is ROCS-masked (request side once per request)
     trials: int = 16  # candidates to train (a pruned one gives its slot back)
     seed: int = 0
-    target_mflops: float | Literal["auto"] | None = "auto"  # auto: the best baseline's FLOPs; null: NE alone
+    target_mflops: float | Literal["auto"] | None = "auto"  # auto: the cheapest baseline within min_gain_se standard errors of the best; null: NE alone
     time_budget: str | float | None = None  # wall clock of the whole search, e.g. "90m", "4h", "3600" (seconds); None: trials decide
     pruning: Literal["asha", "hyperband", "none"] = "asha"  # stop unpromising candidates early: successive halving; hyperband: brackets of later first rungs
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
     pruning_min_validations: int = 1  # validations before a candidate may first be pruned (rungs at this x reduction^k)
     penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|
     penalty_weight: float = 0.01  # w: relative NE cost per doubling of FLOPs beyond the target
+    min_gain_se: float = 1.0  # a candidate beats the best baseline only by more than this many paired standard errors of validation; 0: lowest objective wins
     workers: int = 1  # local worker processes training candidates
     storage: str | None = None  # Optuna RDB URL shared by several search processes (SQLite, PostgreSQL)
     study_name: str | None = None  # the study in storage
@@ -210,7 +211,7 @@ RANGES: dict[str, Range] = {
     "search.trials": AT_LEAST_1, "search.seed": AT_LEAST_0, "search.target_mflops": POSITIVE,
     "search.time_budget": POSITIVE,  # in seconds; a string ("90m") is checked by search.budget.parse_duration
     "search.pruning_reduction": Range(2), "search.pruning_min_validations": AT_LEAST_1,
-    "search.penalty_weight": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
+    "search.penalty_weight": AT_LEAST_0, "search.min_gain_se": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
     "search.evolution.population": AT_LEAST_1, "search.evolution.sample_size": AT_LEAST_1,
     "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.epochs": POSITIVE,
     "search.oneshot.warmup_steps": AT_LEAST_0,

@@ -13,8 +13,9 @@ from rankitect.eval.metrics import MetricAccumulator
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Iterable[Batch], max_batches: int = 0) -> dict[str, float]:
-    """Metrics of ``model`` over ``batches`` (the first ``max_batches`` of them when > 0).
+def accumulate(model: nn.Module, batches: Iterable[Batch], max_batches: int = 0) -> MetricAccumulator:
+    """The :class:`MetricAccumulator` of ``model``'s logits over ``batches`` (the first ``max_batches``
+    of them when > 0): its metrics, and its per-example losses in the batches' order.
 
     The model is put in eval mode for the pass and restored afterwards.
     """
@@ -29,4 +30,9 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], max_batches: int = 0) -
         model.train(was_training)
     if acc.count == 0:
         raise ValueError("evaluate: no batches to evaluate")
-    return {k: float(v) for k, v in acc.compute().items()}
+    return acc
+
+
+def evaluate(model: nn.Module, batches: Iterable[Batch], max_batches: int = 0) -> dict[str, float]:
+    """Metrics of ``model`` over ``batches`` (the first ``max_batches`` of them when > 0); see :func:`accumulate`."""
+    return {k: float(v) for k, v in accumulate(model, batches, max_batches).compute().items()}

@@ -143,6 +143,16 @@ class MetricAccumulator:
             self._scores.append(z.float())
             self._labels.append(y.float())
 
+    def example_losses(self) -> np.ndarray:
+        """The logloss of every example added since the last :meth:`reset`, in order (float64 array;
+        needs the kept scores, so not with ``auc=False``). Their mean is ``compute()["logloss"]``."""
+        if not self.keep_scores:
+            raise ValueError("MetricAccumulator.example_losses needs the scores: built with auc=False")
+        if self.count == 0:
+            return np.zeros(0)
+        z, y = torch.cat(self._scores).double(), torch.cat(self._labels).double()
+        return (torch.nn.functional.softplus(z) - y * z).numpy()
+
     def compute(self) -> dict[str, float]:
         """The metrics of everything added since the last :meth:`reset`."""
         if self.count == 0:

@@ -79,6 +79,7 @@ def pareto_table(
     objective: Callable[[Any], float] | None = None,
     x: str = "mflops",
     y: str = "test_ne",
+    winner: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
     """One row per candidate and baseline, sorted by ``y`` (failed trials last).
 
@@ -87,12 +88,14 @@ def pareto_table(
         baselines: ``name -> result`` (or ``(name, result)`` pairs) of hand-built models.
         objective: scores an ok result (``rankitect.search.Objective``); validation NE if omitted.
         x, y: the Pareto axes, both minimized.
+        winner: ``(kind, name)`` of the row to mark as the winner, chosen by the caller (a search
+            weighs the noise of validation: :func:`rankitect.search.selection.choose_winner`).
 
     Results are :class:`~rankitect.search.TrialResult` or anything with its attributes. Columns:
     ``name`` (the hash for candidates), ``hash``, ``kind`` (``candidate`` | ``baseline``), ``status``,
     the metrics, ``objective``, ``on_front`` (over candidates and baselines together) and
-    ``winner`` (the ok candidate or baseline with the lowest objective, first on ties: a search whose
-    candidates all lose to a hand-built model returns that model).
+    ``winner`` (``winner``'s row; without it, the ok candidate or baseline with the lowest objective,
+    first on ties: a search whose candidates all lose to a hand-built model returns that model).
     """
     items = baselines.items() if isinstance(baselines, Mapping) else baselines
     rows = [_row(_hash_of(a), _hash_of(a), "candidate", r, objective) for a, r in results]
@@ -104,7 +107,9 @@ def pareto_table(
     df["on_front"] = pareto_front(df, x, y)
     df["winner"] = False
     scores = df["objective"].where(df["status"] == "ok")  # baselines compete like any candidate
-    if scores.notna().any():
+    if winner is not None:
+        df.loc[(df["kind"] == winner[0]) & (df["name"] == winner[1]), "winner"] = True
+    elif scores.notna().any():
         df.loc[scores.idxmin(), "winner"] = True
     return df.sort_values(y, kind="stable", na_position="last").reset_index(drop=True)
 

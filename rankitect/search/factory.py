@@ -12,35 +12,18 @@ Objective(target_mflops=None, penalty='relaxed', weight=0.01)
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from typing import Any
 
 from rankitect.config import SearchConfig
 from rankitect.errors import ConfigError
-from rankitect.search.base import STRATEGIES, Space, Strategy, TrialResult, build_strategy, strategy_options
+from rankitect.search.base import STRATEGIES, Space, Strategy, build_strategy, strategy_options
 from rankitect.search.objective import Objective
 
 
 def objective_from_config(cfg: SearchConfig) -> Objective:
-    """The objective of ``cfg``; ``target_mflops: auto`` has no target until :func:`auto_target`."""
+    """The objective of ``cfg``; ``target_mflops: auto`` has no target until :func:`~rankitect.search.selection.auto_target`."""
     target = None if cfg.target_mflops == "auto" else cfg.target_mflops
     return Objective(target_mflops=target, penalty=cfg.penalty, weight=cfg.penalty_weight)
-
-
-def auto_target(baselines: Iterable[tuple[str, TrialResult]]) -> tuple[str, float] | None:
-    """``target_mflops: auto``: the name and MFLOPs of the baseline with the lowest validation NE
-    (the first on ties), so the search looks for a better model at equal cost; ``None`` when no
-    baseline finished.
-
-    >>> auto_target([("dlrm", TrialResult(val_ne=0.81, mflops=0.3)), ("dcnv2", TrialResult(val_ne=0.80, mflops=0.9))])
-    ('dcnv2', 0.9)
-    """
-    ok = [(name, r) for name, r in baselines if r.ok and math.isfinite(r.val_ne) and r.mflops > 0]
-    if not ok:
-        return None
-    name, best = min(ok, key=lambda nr: nr[1].val_ne)
-    return name, float(best.mflops)
 
 
 def check_names(cfg: SearchConfig) -> None:

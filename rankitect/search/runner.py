@@ -29,6 +29,7 @@ from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, 
                                          save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.kept import KeptWeights
+from rankitect.search.selection import Choice, Entrant, ValLosses, auto_target, choose_winner
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.search.shared import SharedStudy
@@ -97,6 +98,7 @@ class SearchRunner:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
         self.weights = KeptWeights(self.tracker, self.out_dir, self.data.spec)
+        self.val_losses = ValLosses(self.out_dir)  # per-example validation losses: the winner's paired test
         # With shared storage the processes share the parent run and its folder: the owner keeps
         # ``state.json`` (what --resume finds), every other process a checkpoint of its own.
         self.path = self.out_dir / ("state.json" if self.owner else f"state-{process_key()}.json")
@@ -228,16 +230,16 @@ class SearchRunner:
             self._record("baseline", name, arch, self._output(future))
 
     def _start_from_baselines(self) -> None:
-        """Resolve ``target_mflops: auto`` to the best baseline's FLOPs, then tell the strategy every
-        trained baseline its space holds, so the search starts from them (both idempotent on resume)."""
-        from rankitect.search.factory import auto_target
-
+        """Resolve ``target_mflops: auto`` to a baseline's FLOPs (see
+        :func:`~rankitect.search.selection.auto_target`), then tell the strategy every trained
+        baseline its space holds, so the search starts from them (both idempotent on resume)."""
         bases = [(t.name, Architecture.from_dict(t.arch), TrialResult.from_dict(t.result))
                  for t in self._all_trials() if t.kind == "baseline"]
         if self.cfg.search.target_mflops == "auto":
-            found = auto_target([(name, r) for name, _, r in bases])
-            self.objective = self.objective.with_target(found[1] if found else None)
-            self.echo(f"target_mflops auto: {found[1]:.4f} MFLOPs ({found[0]}, the best baseline by val/ne)" if found
+            found = auto_target([self._entrant("baseline", name, r) for name, _, r in bases],
+                                self.cfg.search.min_gain_se)
+            self.objective = self.objective.with_target(found[0].result.mflops if found else None)
+            self.echo(_target_line(*found, self.cfg.search.min_gain_se) if found
                       else "target_mflops auto: no baseline finished; ranking by NE alone")
             self.strategy.objective = self.objective
         taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
@@ -318,6 +320,8 @@ class SearchRunner:
         kept_before = {t.name for t in self._kept()}
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch.to_dict(),
                              result=out.result.to_dict(), trial_id=new_trial_id())
+        if out.result.ok:
+            self.val_losses.save(name, out.val_losses)  # before the record that refers to it
         self.state.trials.append(record)
         self.state.elapsed = self.budget.spent()
         self.state.strategy = self.strategy.state_dict()
@@ -410,7 +414,9 @@ class SearchRunner:
         # Processes of one shared search finish into one folder and parent run: the table is read
         # and written under a lock, so the last writer has read every trial shared before it.
         with folder_lock(self.out_dir):
-            table, best = self._pareto()
+            table, best, choice = self._pareto()
+            if choice is not None:
+                self.echo(choice.line(self.cfg.search.min_gain_se))
             table.to_csv(self.out_dir / "pareto.csv", index=False)
             if best is not None:
                 (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
@@ -423,17 +429,25 @@ class SearchRunner:
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
         return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent)
 
-    def _pareto(self) -> tuple[pd.DataFrame, Architecture | None]:
-        """The Pareto table of every finished trial (all processes' with shared storage) and its winner."""
+    def _entrant(self, kind: str, name: str, result: TrialResult) -> Entrant:
+        return Entrant(name, kind, result, self.val_losses.load(name) if result.ok else None)
+
+    def _pareto(self) -> tuple[pd.DataFrame, Architecture | None, Choice | None]:
+        """The Pareto table of every finished trial (all processes' with shared storage), its winner
+        (:func:`~rankitect.search.selection.choose_winner`) and why."""
         from rankitect.eval.pareto import pareto_table
 
         trials = self._all_trials()
         cands = [(Architecture.from_dict(t.arch), TrialResult.from_dict(t.result)) for t in trials
                  if t.kind == "candidate"]
         bases = [(t.name, TrialResult.from_dict(t.result)) for t in trials if t.kind == "baseline"]
-        table = pareto_table(cands, bases, objective=self.objective)
+        entrants = [self._entrant("candidate", arch_hash(a), r) for a, r in cands]
+        entrants += [self._entrant("baseline", name, r) for name, r in bases]
+        choice = choose_winner(entrants, self.objective, self.cfg.search.min_gain_se)
+        table = pareto_table(cands, bases, objective=self.objective,
+                             winner=None if choice is None else (choice.winner.kind, choice.winner.name))
         base_archs = {t.name: Architecture.from_dict(t.arch) for t in trials if t.kind == "baseline"}
-        return table, _winner(table, cands, base_archs)
+        return table, _winner(table, cands, base_archs), choice
 
 
 def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]],
@@ -447,6 +461,14 @@ def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]],
         return bases.get(row["name"])
     by_hash = {arch_hash(a): a for a, _ in cands}
     return by_hash.get(row["hash"])
+
+
+def _target_line(target: Entrant, best: Entrant, min_gain_se: float) -> str:
+    line = f"target_mflops auto: {target.result.mflops:.4f} MFLOPs ({target.name}"
+    if target is best:
+        return line + ", the best baseline by val/ne)"
+    return (line + f", the cheapest baseline within {min_gain_se:g} standard errors of the best by val/ne, "
+            f"{best.name} at {best.result.mflops:.4f} MFLOPs)")
 
 
 def _as_completed(pending: dict[Future, Any]):

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rankitect.config import TrainConfig
 from rankitect.cost import measure
 from rankitect.search.base import TrialResult
@@ -28,11 +30,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrialOutput:
-    """A trial's result plus what only the in-process caller may want (history, weights)."""
+    """A trial's result plus what only the caller may want: the validation curve, the per-example
+    validation losses of its best validation (an ok trial's; see :mod:`rankitect.search.selection`)
+    and a failure's traceback."""
 
     result: TrialResult
     history: list[dict[str, float]]
     traceback: str | None = None
+    val_losses: np.ndarray | None = None
 
 
 def candidates_per_request(data: Any) -> float:
@@ -69,7 +74,7 @@ def run_trial(
             from rankitect.track.weights import save_weights
 
             save_weights(out.model.state_dict(), weights_path)
-        return TrialOutput(result=result, history=out.history)
+        return TrialOutput(result=result, history=out.history, val_losses=out.val_losses)
     except (KeyboardInterrupt, SystemExit):
         raise
     except TrialPruned as e:

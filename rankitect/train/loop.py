@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import nn
@@ -42,6 +43,7 @@ class TrainResult:
     steps: int
     history: list[dict[str, float]] = field(default_factory=list)
     best_step: int = 0
+    val_losses: np.ndarray | None = None  # per-example validation losses of the best validation, in row order
 
 
 class BatchStream(IterableDataset):
@@ -137,7 +139,7 @@ def train_model(
     seconds = time.perf_counter() - start
     metrics = {**protocol.best_metrics(), **score(model, data, cfg, splits=("test",))}
     return TrainResult(model=model, metrics=metrics, train_seconds=seconds, steps=trainer.global_step,
-                       history=protocol.history, best_step=protocol.best_step)
+                       history=protocol.history, best_step=protocol.best_step, val_losses=protocol.best_losses)
 
 
 def score(model: nn.Module, data: Any, cfg: TrainConfig, splits: tuple[str, ...] = ("val", "test")) -> dict[str, float]:

@@ -4,9 +4,12 @@ A model trains for at most ``train.max_epochs`` passes over the training split (
 set, caps the batches), is validated on the whole validation split at the end of every epoch (on
 large data every :func:`validation_interval` steps instead), stops once ``train.patience``
 validations in a row brought no better validation NE, and gets back the weights of its best
-validation before it is tested. A search may also stop it early through a ``report`` hook that is
-called after every validation with the best validation NE so far and raises :class:`~rankitect.train.task.TrialPruned` (successive
-halving, see :mod:`rankitect.search.pruning`).
+validation before it is tested. The per-example validation losses of that best validation are kept
+too (:attr:`Protocol.best_losses`): a search compares two models on the same rows with them (a
+paired test, see :mod:`rankitect.search.selection`). A search may also stop a training early
+through a ``report`` hook that is called after every validation with the best validation NE so far
+and raises :class:`~rankitect.train.task.TrialPruned` (successive halving, see
+:mod:`rankitect.search.pruning`).
 
 Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
 model that has not once validated below 1 (no better than predicting the base rate) by a validation
@@ -30,13 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
 from rankitect.config import TrainConfig
 from rankitect.errors import ConfigError
-from rankitect.eval.evaluate import evaluate
+from rankitect.eval.evaluate import accumulate
 from rankitect.train.task import TrialDiverged, TrialPruned
 
 # On large data, validate often enough to stop within an epoch, yet keep validation (a forward
@@ -111,6 +115,7 @@ class Protocol(pl.Callback):
         self.best_ne = math.inf
         self.best_step = -1
         self.best_state: dict[str, torch.Tensor] | None = None
+        self.best_losses: np.ndarray | None = None  # per-example validation losses of the best validation
         self._since_best = 0
         self._last_validated = 0
 
@@ -127,7 +132,8 @@ class Protocol(pl.Callback):
         if step == self._last_validated:
             return
         self._last_validated = step
-        metrics = {f"val/{k}": v for k, v in evaluate(self.model, self.val_batches(), self.cfg.val_batches).items()}
+        acc = accumulate(self.model, self.val_batches(), self.cfg.val_batches)
+        metrics = {f"val/{k}": float(v) for k, v in acc.compute().items()}
         self.history.append({"step": float(step), **metrics})
         ne = metrics["val/ne"]
         if not math.isfinite(ne):
@@ -138,6 +144,7 @@ class Protocol(pl.Callback):
         if ne < self.best_ne:
             self.best_ne, self.best_step, self._since_best = ne, step, 0
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.best_losses = acc.example_losses().astype(np.float32)
         else:
             self._since_best += 1
             if self.cfg.patience and self._since_best >= self.cfg.patience:

@@ -86,10 +86,12 @@ TINY = ["train.max_epochs=1", "train.batch_size=64", "train.val_batches=2", "tra
 
 
 def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_path, monkeypatch):
+    """With ``min_gain_se=0`` (the plain rule): the target is the best baseline's FLOPs and the
+    lowest objective wins; the paired rule is tested in ``test_selection.py``."""
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(overrides=[f"data.source={learnable_source()}", *TINY])
+    cfg = load_config(overrides=[f"data.source={learnable_source()}", *TINY, "search.min_gain_se=0"])
     assert cfg.search.target_mflops == "auto"
     lines: list[str] = []
     runner = SearchRunner(cfg, echo=lines.append)

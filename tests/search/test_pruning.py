@@ -19,6 +19,7 @@ from rankitect.search.runner import SearchRunner
 from rankitect.train.task import TrialPruned
 
 from tests.learnable import learnable_source
+from tests.planted import Scored
 
 TINY = [
     f"data.source={learnable_source()}", "train.batch_size=64", "train.max_epochs=3", "train.test_batches=2",
@@ -102,7 +103,7 @@ def test_hyperband_brackets_first_judge_at_later_rungs(tmp_path: Path) -> None:
 
 
 class PlantedCurves:
-    """``evaluate`` during training: a planted NE curve per trained model, in training order."""
+    """``accumulate`` during training: a planted NE curve per trained model, in training order."""
 
     def __init__(self, curves: list[list[float]]) -> None:
         self.curves, self.models, self.calls = curves, [], []  # models held, so that none is reused
@@ -115,7 +116,7 @@ class PlantedCurves:
             self.calls.append(0)
         k, self.calls[i] = self.calls[i], self.calls[i] + 1
         ne = self.curves[i][min(k, len(self.curves[i]) - 1)]
-        return {"ne": ne, "logloss": ne, "auc": 0.7, "calibration": 1.0}
+        return Scored(ne, ne)
 
 
 @pytest.fixture()
@@ -135,7 +136,7 @@ def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(
     # baseline, then candidates: the first is worse than the baseline at rung 1 and pruned there;
     # the next two lead their rungs and finish. Two trials: the pruned one's slot goes to a third.
     planted = PlantedCurves([[0.5, 0.5, 0.5], [0.9, 0.9, 0.9], [0.4, 0.35, 0.3], [0.3, 0.3, 0.3]])
-    monkeypatch.setattr(protocol, "evaluate", planted)
+    monkeypatch.setattr(protocol, "accumulate", planted)
     lines: list[str] = []
     storage = f"sqlite:///{tmp_path}/optuna.db"
     extra = [f"search.storage={storage}", "search.study_name=s"] if shared else []
@@ -164,7 +165,7 @@ def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(
 
 def test_every_candidate_pruned_still_ends(env, monkeypatch) -> None:
     planted = PlantedCurves([[0.5] * 3] + [[0.9] * 3] * 20)
-    monkeypatch.setattr(protocol, "evaluate", planted)
+    monkeypatch.setattr(protocol, "accumulate", planted)
     cfg = load_config(overrides=[*TINY, "search.trials=2", "search.baselines=[dlrm]", "search.pruning_reduction=2"])
     outcome = SearchRunner(cfg, echo=lambda line: None).run()
     cands = outcome.table[outcome.table["kind"] == "candidate"]
@@ -178,7 +179,7 @@ def test_hyperband_through_the_runner(env, monkeypatch) -> None:
     training) finish; the search ends all the same. (Trials fall into brackets by a hash of the
     study name and trial number, the same in every run.)"""
     planted = PlantedCurves([[0.5] * 3] + [[0.9 + 0.001 * i] * 3 for i in range(40)])  # each worse than the last
-    monkeypatch.setattr(protocol, "evaluate", planted)
+    monkeypatch.setattr(protocol, "accumulate", planted)
     cfg = load_config(overrides=[*TINY, "search.trials=4", "search.baselines=[dlrm]", "search.pruning_reduction=2",
                                  "search.pruning=hyperband"])
     outcome = SearchRunner(cfg, echo=lambda line: None).run()

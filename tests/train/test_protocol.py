@@ -17,6 +17,7 @@ from rankitect.train.loop import train_architecture
 from rankitect.train.protocol import Schedule, validation_interval
 from rankitect.train.task import TrialDiverged, TrialPruned
 
+from ..planted import Scored
 from ..search.tiny_data import tiny_click_data
 
 ROWS, BATCH = 1024, 64  # 16 training steps an epoch
@@ -33,7 +34,7 @@ def _cfg(**kw) -> TrainConfig:
 
 
 class Planted:
-    """Stands in for ``evaluate`` during training: returns the planted NE curve, one value per
+    """Stands in for ``accumulate`` during training: returns the planted NE curve, one value per
     validation, and keeps a copy of the model's weights at each validation."""
 
     def __init__(self, curve: list[float]) -> None:
@@ -42,12 +43,12 @@ class Planted:
     def __call__(self, model, batches, max_batches=0):
         self.states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
         ne = self.curve[len(self.states) - 1]
-        return {"ne": ne, "logloss": ne * 0.5, "auc": 0.7, "calibration": 1.0}
+        return Scored(ne, ne * 0.5)
 
 
 def _train(data, cfg: TrainConfig, curve: list[float], monkeypatch: pytest.MonkeyPatch, **kw):
     planted = Planted(curve)
-    monkeypatch.setattr(protocol, "evaluate", planted)
+    monkeypatch.setattr(protocol, "accumulate", planted)
     arch = get_baseline("dlrm", data.spec)
     return train_architecture(arch, data, cfg, **kw), planted
 

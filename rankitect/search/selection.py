@@ -1,0 +1,203 @@
+"""A search's winner and its ``auto`` FLOPs target, chosen with paired standard errors.
+
+A search ranks models by their validation objective. On the validation split of ~10^4 rows two
+models' NE differ by noise alone by tenths of a percent, and the best on validation of many
+candidates is better there than it truly is (the winner's curse): a candidate that wins on
+validation by less than the noise loses to the baseline on test about as often as it wins. So the
+best baseline by objective (the *incumbent*: what an engineer would ship without a search) is
+replaced by a candidate only when the candidate's objective is better by more than
+``search.min_gain_se`` standard errors of the difference, the one-standard-error rule at the
+default 1 (Hastie, Tibshirani and Friedman, *Elements of Statistical Learning*, 7.10: keep the
+simpler model unless the other is better by more than one standard error). A gain far above the
+noise (a 4% better model) passes at once; ``0`` restores the plain rule (the lowest objective wins).
+
+The standard error is paired: both models are scored on the same validation rows, so with
+per-example losses ``a_i`` and ``b_i`` (nats) and the validation split's entropy ``H`` the
+difference of NE is ``mean(a - b) / H`` and its standard error ``sd(a - b) / (sqrt(n) H)``, much
+smaller than the two NEs' own errors, since most of a row's loss is the row's, not the model's.
+The objective's FLOPs factors ``k = 1 + w * doublings`` (see :mod:`rankitect.search.objective`)
+weigh each side: the difference of objectives is ``mean(k_b b - k_a a) / H``.
+
+The same rule sets ``search.target_mflops: auto``: the target is the FLOPs of the cheapest baseline
+whose validation NE is within ``min_gain_se`` standard errors of the best baseline's, so a search
+is not aimed at ten times the cost of a model that is as good within the noise.
+
+>>> rng = np.random.default_rng(0)
+>>> b = rng.exponential(0.5, 10_000)                 # the incumbent's per-example losses
+>>> a = b - 0.01 + rng.normal(0, 0.05, 10_000)       # a challenger better by 0.01 nats a row
+>>> gain, se = paired_gain(b, a, entropy=0.5)        # in NE: 0.02, its standard error 0.001
+>>> round(gain, 3), round(se, 4), gain / se > 10
+(0.02, 0.001, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rankitect.search.base import TrialResult
+from rankitect.search.objective import Objective
+
+DEFAULT_MIN_GAIN_SE = 1.0  # the one-standard-error rule
+
+
+def paired_gain(incumbent: np.ndarray, challenger: np.ndarray, *, entropy: float, k_incumbent: float = 1.0,
+                k_challenger: float = 1.0) -> tuple[float, float]:
+    """The challenger's gain over the incumbent, ``mean(k_i * inc - k_c * ch) / H``, and its paired
+    standard error, ``sd(k_i * inc - k_c * ch) / (sqrt(n) H)``, from per-example losses on the same
+    rows (``entropy`` is ``H``; ``k_*`` the objective's FLOPs factors). Positive: the challenger is
+    better."""
+    inc, ch = np.asarray(incumbent, dtype=np.float64), np.asarray(challenger, dtype=np.float64)
+    if inc.shape != ch.shape or inc.ndim != 1 or len(inc) < 2:
+        raise ValueError(f"paired losses need two 1-d arrays of the same length >= 2, got {inc.shape} and {ch.shape}")
+    if not (entropy > 0 and math.isfinite(entropy)):
+        raise ValueError(f"entropy must be a positive number, got {entropy!r}")
+    d = (k_incumbent * inc - k_challenger * ch) / entropy
+    return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """One trained model of a search: its name, ``candidate`` or ``baseline``, its result and its
+    per-example validation losses (None when not kept: the plain rule then judges it)."""
+
+    name: str
+    kind: str
+    result: TrialResult
+    losses: np.ndarray | None = None
+
+    def entropy(self) -> float | None:
+        """``H`` of the validation split, from this model's own mean loss and NE (NE = loss / H)."""
+        if self.losses is None or not self.result.ok or not self.result.val_ne or len(self.losses) < 2:
+            return None
+        h = float(np.mean(self.losses, dtype=np.float64)) / self.result.val_ne
+        return h if h > 0 and math.isfinite(h) else None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The winner and why: ``incumbent`` is the best baseline by objective (None without one); ``z``
+    the winner's gain over it in standard errors (None for the incumbent itself, ``inf`` where no
+    losses allowed a paired error); ``runner_up`` the best candidate held back by the rule, with its ``z``."""
+
+    winner: Entrant
+    incumbent: Entrant | None = None
+    z: float | None = None
+    runner_up: tuple[Entrant, float] | None = None
+
+    def line(self, min_gain_se: float) -> str:
+        """One plain sentence for the search's output."""
+        w = self.winner
+        if self.incumbent is None:
+            return f"winner {w.name}: the lowest validation objective (no baseline finished)"
+        if w is self.incumbent:
+            if self.runner_up is None:
+                return f"winner {w.name}: the best baseline; no candidate has a lower validation objective"
+            cand, z = self.runner_up
+            return (f"winner {w.name}: the best baseline; the best candidate, {cand.name}, is better on validation "
+                    f"by {z:.2f} standard errors only (search.min_gain_se = {min_gain_se:g})")
+        gain = "" if self.z is None or not math.isfinite(self.z) else f" by {self.z:.2f} standard errors"
+        return f"winner {w.name}: better on validation than the best baseline, {self.incumbent.name}{gain}"
+
+
+def _gain(objective: Objective, inc: Entrant, ch: Entrant) -> tuple[float, float]:
+    """Objective gain of ``ch`` over ``inc`` and its paired standard error (0 where losses are missing)."""
+    gain = objective(inc.result) - objective(ch.result)
+    h = inc.entropy()
+    if h is None or ch.losses is None or len(ch.losses) != len(inc.losses):
+        return gain, 0.0
+    k = [1.0 + objective.weight * objective.doublings(e.result.mflops) for e in (inc, ch)]
+    _, se = paired_gain(inc.losses, ch.losses, entropy=h, k_incumbent=k[0], k_challenger=k[1])
+    return gain, se
+
+
+def _z(gain: float, se: float) -> float:
+    if se > 0:
+        return gain / se
+    return math.inf if gain > 0 else -math.inf if gain < 0 else 0.0
+
+
+def choose_winner(entrants: Sequence[Entrant], objective: Objective,
+                  min_gain_se: float = DEFAULT_MIN_GAIN_SE) -> Choice | None:
+    """The search's winner (see the module docstring); None when nothing finished ok.
+
+    The incumbent is the ok baseline with the lowest objective (the first on ties). A candidate
+    with a lower objective wins when its gain is more than ``min_gain_se`` paired standard errors;
+    of those that do, the lowest objective wins. Without a baseline the lowest objective wins.
+    """
+    if not min_gain_se >= 0:
+        raise ValueError(f"min_gain_se must be >= 0, got {min_gain_se!r}")
+    ok = [e for e in entrants if e.result.ok]
+    if not ok:
+        return None
+    bases = [e for e in ok if e.kind == "baseline"]
+    if not bases:
+        return Choice(winner=min(ok, key=lambda e: objective(e.result)))
+    inc = min(bases, key=lambda e: objective(e.result))
+    challengers = sorted((e for e in ok if e.kind != "baseline" and objective(e.result) < objective(inc.result)),
+                         key=lambda e: objective(e.result))
+    held: tuple[Entrant, float] | None = None
+    for ch in challengers:
+        z = _z(*_gain(objective, inc, ch))
+        if z > min_gain_se:
+            return Choice(winner=ch, incumbent=inc, z=z)
+        if held is None or z > held[1]:
+            held = (ch, z)
+    return Choice(winner=inc, incumbent=inc, runner_up=held)
+
+
+def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_GAIN_SE) -> tuple[Entrant, Entrant] | None:
+    """``target_mflops: auto``: ``(target, best)``, where ``best`` is the ok baseline with the lowest
+    validation NE (the first on ties) and ``target`` the cheapest ok baseline whose NE is within
+    ``min_gain_se`` paired standard errors of it (``best`` itself when none is, or when losses are
+    missing); None when no baseline finished.
+
+    >>> r = lambda ne, mf: TrialResult(val_ne=ne, mflops=mf)
+    >>> bases = [Entrant("dlrm", "baseline", r(0.81, 0.3)), Entrant("dcnv2", "baseline", r(0.80, 0.9))]
+    >>> [e.name for e in auto_target(bases)]  # no losses: the best by NE alone
+    ['dcnv2', 'dcnv2']
+    """
+    ok = [e for e in baselines if e.result.ok and math.isfinite(e.result.val_ne) and e.result.mflops > 0]
+    if not ok:
+        return None
+    best = min(ok, key=lambda e: e.result.val_ne)
+    plain = Objective()
+    tied = [e for e in ok if e is best or -_z(*_gain(plain, best, e)) <= min_gain_se]
+    return min(tied, key=lambda e: (e.result.mflops, e.result.val_ne)), best
+
+
+class ValLosses:
+    """Per-example validation losses of a search's trials, one ``.npy`` (float32) per trial in
+    ``folder / "val_losses"``; read back without pickle."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "val_losses"
+
+    def _path(self, name: str) -> Path:
+        if not name or "/" in name or "\\" in name or name.startswith("."):
+            raise ValueError(f"a trial name must be a plain file name, got {name!r}")
+        return self.folder / f"{name}.npy"
+
+    def save(self, name: str, losses: np.ndarray | None) -> None:
+        if losses is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self._path(name)
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, np.asarray(losses, dtype=np.float32), allow_pickle=False)
+        tmp.replace(path)
+
+    def load(self, name: str) -> np.ndarray | None:
+        """The trial's losses; None when none were kept or the file is unreadable."""
+        path = self._path(name)
+        if not path.is_file():
+            return None
+        try:
+            losses = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        return losses if losses.ndim == 1 else None
