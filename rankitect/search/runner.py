@@ -13,6 +13,7 @@ checkpoint stands. A candidate that fails becomes a FAILED child run.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
@@ -389,10 +390,17 @@ class SearchRunner:
         return self.weights.path(name)
 
     def _kept(self) -> list[TrialRecord]:
-        """Every baseline and the ``keep_top_k`` best ok candidates by objective."""
+        """Every baseline, the ``keep_top_k`` best ok candidates by objective and the winner so far
+        (a candidate that clears the noise may rank below candidates that do not). The final
+        winner is the winner from its own recording on: whether a candidate beats the best
+        baseline does not depend on the candidates after it."""
         ok = [t for t in self.state.candidates() if t.result["status"] == "ok"]
         ok.sort(key=lambda t: self.objective(TrialResult.from_dict(t.result)))
-        return self.state.baselines() + ok[: self.cfg.search.keep_top_k]
+        kept = self.state.baselines() + ok[: self.cfg.search.keep_top_k]
+        choice = self._choose(self._all_trials())
+        if choice is not None and choice.winner.kind == "candidate":
+            kept += [t for t in ok[self.cfg.search.keep_top_k:] if t.name == choice.winner.name]
+        return kept
 
     def _keep_weights(self, kept_before: set[str]) -> None:
         kept = {t.name for t in self._kept()}
@@ -432,6 +440,16 @@ class SearchRunner:
     def _entrant(self, kind: str, name: str, result: TrialResult) -> Entrant:
         return Entrant(name, kind, result, self.val_losses.load(name) if result.ok else None)
 
+    def _choose(self, trials: list[TrialRecord]) -> Choice | None:
+        """The winner of ``trials`` (:func:`~rankitect.search.selection.choose_winner`). Losses are
+        read for the baselines and the candidates with a lower objective than every baseline only:
+        no other trial can win."""
+        results = [(t, TrialResult.from_dict(t.result)) for t in trials]
+        bar = min((self.objective(r) for t, r in results if t.kind == "baseline"), default=math.inf)
+        entrants = [self._entrant(t.kind, t.name, r) if t.kind == "baseline" or self.objective(r) < bar
+                    else Entrant(t.name, t.kind, r) for t, r in results]
+        return choose_winner(entrants, self.objective, self.cfg.search.min_gain_se)
+
     def _pareto(self) -> tuple[pd.DataFrame, Architecture | None, Choice | None]:
         """The Pareto table of every finished trial (all processes' with shared storage), its winner
         (:func:`~rankitect.search.selection.choose_winner`) and why."""
@@ -441,9 +459,7 @@ class SearchRunner:
         cands = [(Architecture.from_dict(t.arch), TrialResult.from_dict(t.result)) for t in trials
                  if t.kind == "candidate"]
         bases = [(t.name, TrialResult.from_dict(t.result)) for t in trials if t.kind == "baseline"]
-        entrants = [self._entrant("candidate", arch_hash(a), r) for a, r in cands]
-        entrants += [self._entrant("baseline", name, r) for name, r in bases]
-        choice = choose_winner(entrants, self.objective, self.cfg.search.min_gain_se)
+        choice = self._choose(trials)
         table = pareto_table(cands, bases, objective=self.objective,
                              winner=None if choice is None else (choice.winner.kind, choice.winner.name))
         base_archs = {t.name: Architecture.from_dict(t.arch) for t in trials if t.kind == "baseline"}

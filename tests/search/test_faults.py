@@ -131,8 +131,8 @@ def test_a_stopped_search_exits_128_plus_the_signal(env: dict[str, str], tmp_pat
 
 def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) -> None:
     """keep_top_k=1 of four candidates: the best by validation NE (no FLOPs target, so the objective
-    is NE) and the baseline keep weights on their runs; every weight a candidate had while it led
-    was taken off its run again; the output folder holds no weights."""
+    is NE), the baseline and the winner keep weights on their runs; every weight a candidate had
+    while it led was taken off its run again; the output folder holds no weights."""
     from safetensors.torch import load_file
 
     from rankitect.space import build_model
@@ -148,7 +148,9 @@ def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) ->
     cands = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate" and r.info.status == "FINISHED"]
     best = min(cands, key=lambda r: r.data.metrics["val/ne"])
     base = next(r for r in runs if r.data.tags["rankitect.kind"] == "baseline")
-    assert with_model == {best.info.run_id, base.info.run_id}
+    winner = outcome.table.loc[outcome.table["winner"], "name"].item()
+    won = {r.info.run_id for r in cands if r.data.tags.get("genotype_hash") == winner}
+    assert with_model == {best.info.run_id, base.info.run_id} | won
     assert not list(outcome.out_dir.rglob("*.safetensors")) and not list(outcome.out_dir.rglob("*.pt"))
     folder = _client().download_artifacts(best.info.run_id, "model", str(outcome.out_dir / "dl"))
     state = load_file(f"{folder}/model.safetensors")

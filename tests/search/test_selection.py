@@ -203,3 +203,25 @@ def test_a_search_keeps_its_baseline_when_no_candidate_clears_the_noise(tmp_path
         assert len(runner.val_losses.load(name)) == val_rows
     if (plain.loc[plain["winner"], "kind"] == "candidate").item():  # same seeds: the rule alone changed it
         assert runs[1e6][0].best != runs[0.0][0].best
+
+
+def test_the_winner_keeps_its_weights_whatever_keep_top_k(tmp_path, monkeypatch):
+    """keep_top_k=0: no candidate keeps weights for ranking high, yet the winner (a candidate: no
+    baselines) keeps them, so ``export`` of the search run finds its model."""
+    from rankitect.space.architecture import Architecture
+    from rankitect.track.mlflow_tracker import Tracker
+
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(overrides=[f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64",
+                                 "runtime.threads=1", "search.trials=3", "search.baselines=[]",
+                                 "search.strategy=random", "search.keep_top_k=0",
+                                 "search.target_mflops=null"])
+    outcome = SearchRunner(cfg, echo=lambda line: None).run()
+    files = Tracker(uri, "rankitect").fetch_model_files(outcome.parent_run_id, tmp_path / "won")
+    assert files.weights.is_file()
+    assert Architecture.from_json(files.genotype.read_text()) == outcome.best
+    cands = outcome.table[(outcome.table["kind"] == "candidate") & (outcome.table["status"] == "ok")]
+    assert (outcome.table.loc[outcome.table["winner"], "kind"] == "candidate").all()
