@@ -60,10 +60,11 @@ def paired_gain(incumbent: np.ndarray, challenger: np.ndarray, *, entropy: float
     return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Entrant:
     """One trained model of a search: its name, ``candidate`` or ``baseline``, its result and its
-    per-example validation losses (None when not kept: the plain rule then judges it)."""
+    per-example validation losses (None when not kept: a search checkpointed before they were,
+    or another machine's trial without a shared folder; the plain rule then judges it)."""
 
     name: str
     kind: str
