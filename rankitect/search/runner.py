@@ -483,7 +483,8 @@ def _target_line(target: Entrant, best: Entrant, min_gain_se: float) -> str:
     line = f"target_mflops auto: {target.result.mflops:.4f} MFLOPs ({target.name}"
     if target is best:
         return line + ", the best baseline by val/ne)"
-    return (line + f", the cheapest baseline within {min_gain_se:g} standard errors of the best by val/ne, "
+    errors = "standard error" if min_gain_se == 1 else "standard errors"
+    return (line + f", the cheapest baseline within {min_gain_se:g} {errors} of the best by val/ne, "
             f"{best.name} at {best.result.mflops:.4f} MFLOPs)")
 
 
