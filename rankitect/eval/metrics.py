@@ -65,10 +65,15 @@ def logloss(probs: ArrayLike, labels: ArrayLike) -> float:
     return float(-(y * torch.log(p) + (1 - y) * torch.log1p(-p)).mean())
 
 
+def _losses(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example binary cross-entropy of logits, exact: ``softplus(z) - y z``."""
+    return torch.nn.functional.softplus(z) - y * z
+
+
 def logloss_from_logits(logits: ArrayLike, labels: ArrayLike) -> float:
     """Mean binary cross-entropy of logits, exact: ``softplus(z) - y z``."""
     z, y = _pair(logits, labels)
-    return float((torch.nn.functional.softplus(z) - y * z).mean())
+    return float(_losses(z, y).mean())
 
 
 def ne(probs: ArrayLike, labels: ArrayLike) -> float:
@@ -136,7 +141,7 @@ class MetricAccumulator:
         """Add a batch: ``logits (B,)`` (or ``(B, 1)``) and ``labels (B,)``."""
         z, y = _pair(logits, labels)
         self.count += z.numel()
-        self.loss_sum += float((torch.nn.functional.softplus(z) - y * z).sum())
+        self.loss_sum += float(_losses(z, y).sum())
         self.label_sum += float(y.sum())
         self.prob_sum += float(torch.sigmoid(z).sum())
         if self.keep_scores:
@@ -150,8 +155,7 @@ class MetricAccumulator:
             raise ValueError("MetricAccumulator.example_losses needs the scores: built with auc=False")
         if self.count == 0:
             return np.zeros(0)
-        z, y = torch.cat(self._scores).double(), torch.cat(self._labels).double()
-        return (torch.nn.functional.softplus(z) - y * z).numpy()
+        return _losses(torch.cat(self._scores).double(), torch.cat(self._labels).double()).numpy()
 
     def compute(self) -> dict[str, float]:
         """The metrics of everything added since the last :meth:`reset`."""

@@ -173,10 +173,12 @@ def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_G
 
 class ValLosses:
     """Per-example validation losses of a search's trials, one ``.npy`` (float32) per trial in
-    ``folder / "val_losses"``; read back without pickle."""
+    ``folder / "val_losses"``; read back without pickle. A trial's file is written once, so what was
+    saved or read is kept in memory: the winner is chosen after every trial without reading again."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder) / "val_losses"
+        self._cache: dict[str, np.ndarray] = {}
 
     def _path(self, name: str) -> Path:
         if not name or "/" in name or "\\" in name or name.startswith("."):
@@ -189,16 +191,23 @@ class ValLosses:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(name)
         tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, np.asarray(losses, dtype=np.float32), allow_pickle=False)
+        losses = np.asarray(losses, dtype=np.float32)
+        np.save(tmp, losses, allow_pickle=False)
         tmp.replace(path)
+        self._cache[name] = losses
 
     def load(self, name: str) -> np.ndarray | None:
         """The trial's losses; None when none were kept or the file is unreadable."""
         path = self._path(name)
+        if name in self._cache:
+            return self._cache[name]
         if not path.is_file():
             return None
         try:
             losses = np.load(path, allow_pickle=False)
         except (OSError, ValueError):
             return None
-        return losses if losses.ndim == 1 else None
+        if losses.ndim != 1:
+            return None
+        self._cache[name] = losses
+        return losses
