@@ -62,6 +62,7 @@ class Block(nn.Module):
     out_kind: ClassVar[str] = FLAT
     num_inputs: ClassVar[int] = 1
     mixes_fields: ClassVar[bool] = True  # False for blocks where masking is meaningless
+    input_gradients: ClassVar[bool] = True  # False for blocks piecewise constant in their input (buckets)
 
     op_name: ClassVar[str] = ""  # set by :func:`register_block`
 

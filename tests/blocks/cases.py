@@ -25,6 +25,7 @@ SETTINGS: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
     ("dhen", (4, 3), {"modules": ("fm", "linear", "attention"), "out_fields": 4, "combine": "sum"}),
     ("gating", (5, 6), {"width": 4}),
     ("sum", (5, 6), {"width": 4}),
+    ("buckets", (5,), {"dim": 3, "bins": 4}),
 ]
 
 

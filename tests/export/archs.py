@@ -25,8 +25,9 @@ ALL_OPS = Architecture(
                   tokens=2),
         BlockGene("sum", (6,), {"width": 4}),
         BlockGene("dhen", (8, "sparse"), {"modules": ["fm", "linear"], "out_fields": 2, "combine": "sum"}),
+        BlockGene("buckets", ("dense",), {"dim": 3, "bins": 4}),
     ),
-    HeadGene((9, 10, "dense"), (5,)),
+    HeadGene((9, 10, 11, "dense"), (5,)),
     embedding_dim=3,
 )
 DENSE_ONLY = Architecture((BlockGene("dcn", ("dense",), {"num_layers": 1}),), HeadGene((0, "dense"), ()), 4)

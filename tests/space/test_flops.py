@@ -52,6 +52,7 @@ ONE_BLOCK: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
     ("dhen", ("sparse", "dense"), {"modules": ("dot", "fm"), "combine": "sum", "out_fields": 7}, 1),
     ("gating", ("dense", "sparse"), {"width": 6}, 1),
     ("sum", ("sparse", "dense"), {"width": 6}, 1),
+    ("buckets", ("dense",), {"dim": 4, "bins": 4}, 1),
 ]
 
 
