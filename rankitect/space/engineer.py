@@ -5,6 +5,7 @@ One template, every part optional; it holds DLRM, DCNv2, DeepFM, AutoInt, Wukong
 
     x_dense = dense, or bottom MLP(dense)           bottom.layers (0 = none), bottom.width
     fields  = embeddings (+ x_dense as tokens)       dense.path in {top, fields, both}, dense.tokens
+              or (+ buckets(dense))                  dense.fields in {tokens, buckets}
     fields  = layer_i(fields), i < depth            depth, L{i}.op in {attention, wukong, dhen} + its knobs
     inter   = readout(fields)                        readout in {flatten, dot, fm}
     z       = [inter (+ x_dense if path is top/both)]
@@ -31,6 +32,7 @@ from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, re
 LAYER_OPS = ("attention", "wukong", "dhen")
 READOUTS = ("flatten", "dot", "fm")
 DENSE_PATHS = ("top", "fields", "both")
+DENSE_FIELDS = ("tokens", "buckets")
 DHEN_MODULES = (
     "dot+attention+linear",
     "dot+linear",
@@ -84,6 +86,7 @@ class EngineerSpace(SearchSpace):
                 Choice("bottom.layers", (0, 1, 2, 3)),
                 Choice("bottom.width", m["widths"]),
                 Choice("dense.path", DENSE_PATHS),
+                Choice("dense.fields", DENSE_FIELDS),
                 Choice("dense.tokens", m["dense_tokens"]),
             ]
         out.append(Choice("depth", tuple(range(self.max_depth + 1))))
@@ -112,16 +115,23 @@ class EngineerSpace(SearchSpace):
         x_dense: InputRef | None = None
         depth, readout = s["depth"], s["readout"]
         path = "top"  # also the repair when nothing consumes fields (depth 0, flatten readout)
+        bucketed = False
         if self.use_dense:
             layers = s["bottom.layers"]
             x_dense = "dense"
-            if layers:
-                x_dense = add(BlockGene("mlp", ("dense",), {"width": s["bottom.width"], "num_layers": layers}))
             if depth > 0 or readout != "flatten":
                 path = s["dense.path"]
+            bucketed = path in ("fields", "both") and s["dense.fields"] == "buckets"
+            # The bottom MLP where its output is read: the top, the field tokens or the deep tower.
+            if layers and (not bucketed or path == "both" or s["deep.layers"]):
+                x_dense = add(BlockGene("mlp", ("dense",), {"width": s["bottom.width"], "num_layers": layers}))
         into_fields = x_dense is not None and path in ("fields", "both")
-        cur: tuple[InputRef, ...] = ("sparse", x_dense) if into_fields else ("sparse",)
-        tokens = s["dense.tokens"] if into_fields else 1
+        cur: tuple[InputRef, ...] = ("sparse",)
+        tokens = 1
+        if bucketed:
+            cur = ("sparse", add(BlockGene("buckets", ("dense",), {"dim": self.embedding_dim})))
+        elif into_fields:
+            cur, tokens = ("sparse", x_dense), s["dense.tokens"]
         for i in range(depth):
             op = s[f"L{i}.op"]
             knobs = {param: s[f"L{i}.{op}.{suffix}"] for suffix, (param, _) in LAYER_KNOBS[op].items()}
@@ -152,9 +162,13 @@ class EngineerSpace(SearchSpace):
                 out["bottom.layers"], out["bottom.width"] = genes[0].params["num_layers"], genes[0].params["width"]
                 x_dense = 0
                 p = 1
+        buckets: int | None = None
+        if p < len(genes) and genes[p].op == "buckets":
+            out["dense.fields"], buckets, p = "buckets", p, p + 1
         first = genes[p] if p < len(genes) else None
-        into_fields = first is not None and first.op in (*LAYER_OPS, *READOUTS) and x_dense in first.inputs
-        if into_fields:
+        field_in = x_dense if buckets is None else buckets
+        into_fields = first is not None and first.op in (*LAYER_OPS, *READOUTS) and field_in in first.inputs
+        if into_fields and buckets is None:
             out["dense.tokens"] = first.tokens
         depth = 0
         while p < len(genes) and genes[p].op in LAYER_OPS:

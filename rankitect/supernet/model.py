@@ -235,8 +235,9 @@ class Supernet(nn.Module):
 
     @staticmethod
     def _check(template: nn.Module, params: Params, what: str) -> None:
-        """Every weight of the narrow module is cut, with its shape: the slicing rules fit the blocks."""
-        wanted = {n: tuple(p.shape) for n, p in template.named_parameters()}
+        """Every weight (and persistent buffer) of the narrow module is cut, with its shape: the slicing
+        rules fit the blocks."""
+        wanted = {n: tuple(t.shape) for n, t in template.state_dict().items()}
         got = {n: tuple(p.shape) for n, p in params.items()}
         if wanted != got:
             raise ValueError(f"supernet: the cut weights of {what} do not fit: expected {wanted}, got {got}")

@@ -21,7 +21,7 @@ from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.engineer import LAYER_KNOBS, LAYER_OPS, READOUTS, EngineerSpace
 from rankitect.space.nasrec import FLAT_OPS, NasrecSpace
 from rankitect.space.space import SearchSpace
-from rankitect.supernet.layout import HeadSite, Layout, Role, Site, check_ops, separate, shared
+from rankitect.supernet.layout import HeadSite, Layout, Role, Segments, Site, check_ops, separate, shared
 
 
 def tiny_spec_for_doctest() -> FeatureSpec:
@@ -131,9 +131,10 @@ class NasrecLayout(Layout):
 
 
 class EngineerLayout(Layout):
-    """Sites ``bottom``, ``L{i}/{attention,wukong,dhen}``, ``readout/{dot,fm}``, ``cross/{full,low}``,
-    ``deep``; ports of the same names. The dense vector (raw or bottom MLP) is one shared segment,
-    as are the alternatives of what a stage reads (which layer is last, readout or flattened fields).
+    """Sites ``bottom``, ``buckets``, ``L{i}/{attention,wukong,dhen}``, ``readout/{dot,fm}``,
+    ``cross/{full,low}``, ``deep``; ports of the same names. The dense vector (raw or bottom MLP) is
+    one shared segment, as are the alternatives of what a stage reads (which layer is last, readout
+    or flattened fields); the bucket fields are a segment of their own beside the embeddings.
     """
 
     def __init__(self, space: EngineerSpace, spec: FeatureSpec) -> None:
@@ -158,16 +159,21 @@ class EngineerLayout(Layout):
     def sites(self) -> list[Site]:
         s, width, tokens = self.space, self._menu("widths"), self._menu("dense_tokens")
         sites = []
+        buckets: Segments = ()
         if self.use_dense:
             sites.append(Site("bottom", "mlp", {"width": width, "num_layers": _largest(s, "bottom.layers")},
                               ("bottom",), flats=separate(["dense"])))
+            sites.append(Site("buckets", "buckets", {"dim": self.embedding_dim}, ("buckets",),
+                              flats=separate(["dense"])))
+            buckets = separate(["buckets"])
         for i, name in enumerate(self.layers):
-            fields = separate(["sparse"] if i == 0 else [self.layers[i - 1]])
+            fields = (*separate(["sparse"]), *buckets) if i == 0 else separate([self.layers[i - 1]])
             flats = self.x_dense if i == 0 else ()
             sites += [Site(f"{name}/{op}", op, self._layer_params(op), (name,), fields=fields, flats=flats,
                            tokens=tokens) for op in LAYER_OPS]
         stream = shared(["sparse", *self.layers])
-        sites += [Site(f"readout/{op}", op, {}, ("readout",), fields=stream, flats=self.x_dense, tokens=tokens)
+        sites += [Site(f"readout/{op}", op, {}, ("readout",), fields=(*stream, *buckets), flats=self.x_dense,
+                       tokens=tokens)
                   for op in READOUTS if op != "flatten"]
         z = [*shared(["readout", *self.layers]), ("sparse",), *self.x_dense]
         rank, depth = self._menu("cross_ranks"), _largest(s, "cross.layers")
@@ -187,8 +193,11 @@ class EngineerLayout(Layout):
     def roles(self, sample: Mapping[str, Any], arch: Architecture) -> tuple[list[Role], tuple[str, ...]]:
         s = sample
         roles: list[Role] = []
-        if self.use_dense and s["bottom.layers"]:
+        bottom = _has_bottom(arch)
+        if bottom:
             roles.append(Role("bottom", "bottom", ("bottom.layers", "bottom.width")))
+        if any(g.op == "buckets" for g in arch.blocks):
+            roles.append(Role("buckets", "buckets", ("dense.path", "dense.fields")))
         for i in range(s["depth"]):
             op = s[f"L{i}.op"]
             knobs = tuple(f"L{i}.{op}.{suffix}" for suffix in LAYER_KNOBS[op])
@@ -201,26 +210,31 @@ class EngineerLayout(Layout):
         if s["deep.layers"]:
             roles.append(Role("deep", "deep", ("deep.layers", "deep.width")))
         check_ops(arch, roles, {site.key: site for site in self.sites()})
-        dense_gates = self._dense_gates(s, arch)
+        dense_gates = self._dense_gates(s, bottom)
         full = [Role(r.key, r.port, r.gates, tuple(dense_gates(ref, r.key) for ref in g.inputs))
                 for r, g in zip(roles, arch.blocks)]
         head = ("top.layers", *(f"top.w{i}" for i in range(s["top.layers"])))
         return full, head
 
-    def _dense_gates(self, s: Mapping[str, Any], arch: Architecture):
+    def _dense_gates(self, s: Mapping[str, Any], bottom: bool):
         """Labels gating the dense vector where it is read: its path, and its tokens in the fields."""
         x_dense: InputRef | None = None
         if self.use_dense:
-            x_dense = 0 if s["bottom.layers"] else "dense"
+            x_dense = 0 if bottom else "dense"
         path_active = self.use_dense and (s["depth"] > 0 or s["readout"] != "flatten")
 
         def gates(ref: InputRef, key: str) -> tuple[str, ...]:
             if ref != x_dense or not path_active or key == "deep":
                 return ()
             into_fields = key.startswith(("L0/", "readout/"))
-            return ("dense.path", "dense.tokens") if into_fields else ("dense.path",)
+            return ("dense.path", "dense.fields", "dense.tokens") if into_fields else ("dense.path",)
 
         return gates
+
+
+def _has_bottom(arch: Architecture) -> bool:
+    """Whether the first gene is the engineer space's bottom MLP (decode leaves it out where unread)."""
+    return bool(arch.blocks) and arch.blocks[0].op == "mlp" and arch.blocks[0].inputs == ("dense",)
 
 
 def layout_for(space: SearchSpace, spec: FeatureSpec) -> Layout:
