@@ -1,0 +1,83 @@
+"""The ``buckets`` block against numpy's quantiles and a naive loop; its edges as data-dependent init."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rankitect.blocks.buckets import Buckets, bucket_edges
+from rankitect.space.architecture import BlockGene
+from rankitect.space.space import get_space
+
+
+def test_edges_are_numpy_quantiles_and_a_mostly_zero_count_keeps_zero_apart() -> None:
+    gen = np.random.default_rng(0)
+    smooth = gen.normal(size=400)
+    counts = np.where(gen.random(400) < 0.8, 0.0, gen.exponential(5.0, size=400))  # 80% zeros
+    edges = bucket_edges(torch.tensor(np.stack([smooth, counts], 1), dtype=torch.float32), 8).numpy()
+    np.testing.assert_allclose(edges[0], np.quantile(smooth.astype(np.float32), np.arange(1, 8) / 8), rtol=1e-5)
+    above = counts[counts > 0].astype(np.float32)
+    expected = [above.min() / 2, *np.quantile(above, np.arange(1, 7) / 7)]
+    np.testing.assert_allclose(edges[1], expected, rtol=1e-5)
+    # zero is a bucket of its own; the nonzero counts spread over the other 7 about evenly
+    ids = np.searchsorted(edges[1], counts, side="right")
+    assert set(ids[counts == 0]) == {0}
+    assert np.bincount(ids[counts > 0], minlength=8)[1:].min() >= 0.5 * (counts > 0).sum() / 7
+
+
+def test_forward_is_the_table_row_of_each_values_bucket() -> None:
+    torch.manual_seed(0)
+    block = Buckets(3, dim=4, bins=5)
+    first = torch.randn(50, 3)
+    block.train()
+    block(first)  # sets the edges
+    x = torch.randn(7, 3) * 2
+    out = block.eval()(x)
+    weight, edges = block.table.weight, block.edges
+    for b in range(7):
+        for j in range(3):
+            bucket = sum(1 for e in edges[j].tolist() if e <= x[b, j].item())  # naive: edges at or below
+            assert torch.equal(out[b, j], weight[j * 5 + bucket])
+
+
+def test_edges_are_set_by_the_first_training_batch_only_and_travel_in_the_state_dict() -> None:
+    torch.manual_seed(1)
+    block = Buckets(2, dim=3, bins=4)
+    probe = torch.tensor([[-1.0, 2.0], [0.5, -3.0]])
+    before = block.eval()(probe)
+    assert torch.equal(before[0, 0], block.table.weight[0]) and torch.equal(before[0, 1], block.table.weight[7])
+    assert not bool(block.ready)  # eval does not set the edges
+    block.train()
+    data = torch.randn(100, 2)
+    block(data)
+    edges = block.edges.clone()
+    torch.testing.assert_close(edges, bucket_edges(data, 4))
+    block(torch.randn(100, 2) + 10)  # later batches leave them
+    assert torch.equal(block.edges, edges)
+    fresh = Buckets(2, dim=3, bins=4)
+    fresh.load_state_dict(block.state_dict())
+    assert bool(fresh.ready) and torch.equal(fresh.eval()(probe), block.eval()(probe))
+
+
+def test_bad_bins_are_refused() -> None:
+    with pytest.raises(ValueError, match="bins"):
+        Buckets(2, dim=3, bins=1)
+
+
+def test_engineer_space_puts_bucket_fields_in_the_stream_and_leaves_an_unread_bottom_out() -> None:
+    space = get_space("engineer", max_depth=2)
+    sample = space.encode(space.decode(space.sample(np.random.default_rng(0))))
+    assert sample is not None
+    sample.update({"depth": 1, "L0.op": "attention", "dense.path": "fields", "dense.fields": "buckets",
+                   "bottom.layers": 2, "deep.layers": 0, "cross.layers": 0})
+    arch = space.decode(sample)
+    assert arch.blocks[0] == BlockGene("buckets", ("dense",), {"dim": space.embedding_dim})
+    assert arch.blocks[1].op == "attention" and arch.blocks[1].inputs == ("sparse", 0)
+    assert not any(g.op == "mlp" and g.inputs == ("dense",) for g in arch.blocks)  # nothing reads a bottom MLP
+    assert space.decode(space.encode(arch)) == arch
+    both = space.decode({**sample, "dense.path": "both"})  # the top reads the bottom MLP: it stays
+    assert both.blocks[0].op == "mlp" and both.blocks[1].op == "buckets" and 0 in both.head.inputs
+    assert space.decode(space.encode(both)) == both
+    tokens = space.decode({**sample, "dense.fields": "tokens"})
+    assert not any(g.op == "buckets" for g in tokens.blocks)
