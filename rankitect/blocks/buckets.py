@@ -105,8 +105,12 @@ class Buckets(Block):
         assert isinstance(widest, Buckets) and isinstance(in_pos, torch.Tensor)
         rows = (in_pos[:, None] * widest.bins + torch.arange(self.bins)).reshape(-1)  # (n * bins,)
         whole = torch.equal(in_pos, torch.arange(widest.n))
-        # The buffers are the widest block's own tensors where the cut keeps every feature, so the
-        # first training forward of any path sets the shared edges.
-        edges = widest.edges if whole else widest.edges.index_select(0, in_pos)
-        params = {"table.weight": take(widest.table.weight, rows), "edges": edges, "ready": widest.ready}
+        # Where the cut keeps every feature (the engineer space's buckets read all dense features) the
+        # table and the buffers are the widest block's own tensors: the table then trains with the
+        # embedding tables' optimizer, as in a candidate, and the first training forward of any path
+        # sets the shared edges.
+        if whole:
+            return {"table.weight": widest.table.weight, "edges": widest.edges, "ready": widest.ready}, in_pos.clone()
+        params = {"table.weight": take(widest.table.weight, rows), "edges": widest.edges.index_select(0, in_pos),
+                  "ready": widest.ready}
         return params, in_pos.clone()

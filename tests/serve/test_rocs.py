@@ -87,7 +87,7 @@ def test_shared_scoring_equals_per_candidate_scoring(spec: FeatureSpec, share: f
         with torch.no_grad():
             assert_same_scores(score_requests(model, batch), model(batch))
         ops |= {g.op for g in arch.blocks}
-    assert ops == {"mlp", "efc", "dot", "fm", "dcn", "attention", "wukong", "dhen", "gating", "sum"}
+    assert ops == {"mlp", "efc", "dot", "fm", "dcn", "attention", "wukong", "dhen", "gating", "sum", "buckets"}
 
 
 @pytest.mark.parametrize("share", SHARES)
