@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from rankitect.blocks.buckets import Buckets, bucket_edges
+from rankitect.config import TrainConfig
 from rankitect.space.architecture import BlockGene
+from rankitect.space.builder import build_model
 from rankitect.space.space import get_space
+from rankitect.supernet.train import SupernetTrainer, build_supernet
+from tests.search.tiny_data import tiny_click_data
+from tests.space.conftest import SMALL_ENGINEER
 
 
 def test_edges_are_numpy_quantiles_and_a_mostly_zero_count_keeps_zero_apart() -> None:
@@ -81,3 +88,29 @@ def test_engineer_space_puts_bucket_fields_in_the_stream_and_leaves_an_unread_bo
     assert space.decode(space.encode(both)) == both
     tokens = space.decode({**sample, "dense.fields": "tokens"})
     assert not any(g.op == "buckets" for g in tokens.blocks)
+
+
+def test_a_supernet_path_with_buckets_sets_the_shared_edges_and_steps_the_table_with_adagrad(
+    tmp_path: Path,
+) -> None:
+    data = tiny_click_data(tmp_path / "data", rows=256)
+    space = get_space("engineer", **SMALL_ENGINEER)
+    supernet = build_supernet(space, data.spec, 0)
+    shared = supernet.ops["buckets"].options["only"].block
+    trainer = SupernetTrainer(supernet, TrainConfig(batch_size=64, progress=False), data.split("train").ctr)
+    assert any(p is shared.table.weight for p in trainer.sparse)  # the embedding tables' optimizer
+    path = space.encode(space.decode(space.sample(np.random.default_rng(0))))
+    path.update({"depth": 1, "L0.op": "attention", "dense.path": "fields", "dense.fields": "buckets"})
+    assert any(g.op == "buckets" for g in space.decode(path).blocks)
+    batch = next(data.split("train").batches(64, shuffle=False))
+    before = shared.table.weight.detach().clone()
+    for _ in range(3):  # the head's output layer starts at 0: the first step reaches no table
+        trainer.step(batch, path)
+        assert all(t is not shared.table.weight for t, _, _ in trainer.dense_opt.cuts)  # not Adam's cut
+    assert bool(shared.ready)
+    dense = supernet.plan(path).arch  # the edges are those of the first batch's standardized dense
+    torch.testing.assert_close(shared.edges, bucket_edges(build_model(dense, data.spec).standardize(batch.dense), 16))
+    assert not torch.equal(shared.table.weight.detach(), before)
+    extracted = supernet.extract(path)  # a standalone model carries the shared edges
+    block = next(b for b in extracted.blocks if isinstance(b, Buckets))
+    assert torch.equal(block.edges, shared.edges) and bool(block.ready)
