@@ -7,7 +7,16 @@ stopped there) at resource ``k`` (the validation's index, from 1), and Optuna's
 validations) unless its NE there is among the best ``1/reduction`` of every trial that reached that
 rung. Baselines report too but are never stopped, so from the first candidate on a model must keep
 up with the hand-designed ones to be trained further. The rule is the same whichever strategy
-proposed the candidate.
+proposed the candidate. A rung compares the values every trial reported at that validation (the
+study keeps each trial's curve), so the rungs may be placed after the baselines have trained.
+
+``search.pruning_min_validations: auto`` (the default) places the first rung from the baselines'
+curves (:func:`first_rung`): at the earliest validation from which successive halving, run over the
+baselines alone, would have kept the best of them at every rung. A rung earlier than that would
+have stopped the best hand-designed model itself; on data where models improve for many epochs and
+the best one starts slowly (an attention stack after one epoch can rank last), it stops the
+candidates that resemble it before they show what they are. Where the baselines' early ranks hold,
+the first rung stays at one validation.
 
 ``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
 2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
@@ -64,6 +73,54 @@ class RungTicket:
 
 
 RULES = ("asha", "hyperband")
+BASELINE_ATTR = "baseline"  # user attribute of a never-stopped trial's rung-study trial
+
+
+def keeps(value: float, at_rung: list[float], reduction: int) -> bool:
+    """Successive halving at one rung: ``value`` is among the best ``len // reduction`` of the values
+    ``at_rung`` (itself included), or the best where fewer than ``reduction`` reached the rung.
+
+    >>> keeps(0.5, [0.4, 0.5, 0.6], 3), keeps(0.5, [0.4, 0.5, 0.6, 0.7, 0.8, 0.9], 3)
+    (False, True)
+    """
+    ranked = sorted(at_rung)
+    return value <= ranked[max(len(ranked) // reduction, 1) - 1]
+
+
+def is_rung(index: int, min_validations: int, reduction: int) -> bool:
+    """Whether validation ``index`` is a rung: ``min_validations * reduction**k`` for some ``k >= 0``.
+
+    >>> [k for k in range(1, 30) if is_rung(k, 2, 3)]
+    [2, 6, 18]
+    """
+    if index < min_validations or index % min_validations:
+        return False
+    k = index // min_validations
+    while k % reduction == 0:
+        k //= reduction
+    return k == 1
+
+
+def first_rung(curves: dict[str, dict[int, float]], best: str, reduction: int) -> int:
+    """The smallest first rung ``m`` at which successive halving over ``curves`` alone keeps ``best``
+    at every rung ``m * reduction**k`` of its curve.
+
+    ``curves`` maps each trial to its reported values (the best validation NE so far) by validation
+    index. Every trial that reached a rung competes there. ``best`` (the trial of the lowest final
+    value) is always kept at its last validation, so the answer is at most its curve's length.
+
+    >>> fast, slow = {1: 0.60, 2: 0.58, 3: 0.58}, {1: 0.70, 2: 0.62, 3: 0.57, 4: 0.55}
+    >>> first_rung({"fast": fast, "slow": slow, "other": {1: 0.65, 2: 0.64}}, "slow", 3)
+    3
+    >>> first_rung({"a": {1: 0.60, 2: 0.55}, "b": {1: 0.70, 2: 0.65, 3: 0.64}}, "a", 3)
+    1
+    """
+    mine = curves[best]
+    for m in range(1, max(mine) + 1):
+        rungs = [k for k in mine if is_rung(k, m, reduction)]
+        if all(keeps(mine[k], [c[k] for c in curves.values() if k in c], reduction) for k in rungs):
+            return m
+    return max(mine)
 
 
 def _pruner(rule: str, reduction: int, min_validations: int) -> Any:
@@ -71,8 +128,7 @@ def _pruner(rule: str, reduction: int, min_validations: int) -> Any:
     if rule == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=min_validations, max_resource="auto",
                                               reduction_factor=reduction)
-    return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_validations, reduction_factor=reduction,
-                                                  min_early_stopping_rate=0)
+    return optuna.pruners.NopPruner()  # successive halving is judged here, by validation index (Reporter)
 
 
 def _storage(location: str) -> Any:
@@ -103,9 +159,19 @@ class Reporter:
         from rankitect.train.task import TrialPruned
 
         self.trial.report(ne, step=index)  # the protocol reports finite NEs only (else it diverged)
-        if self.trial.should_prune() and self.ticket.prune and not final:
+        if self._stops(index, ne) and self.ticket.prune and not final:
             raise TrialPruned(f"pruned after validation {index}: validation NE {ne:.4f} is not among the best "
                               f"1/{self.ticket.reduction} at that point")
+
+    def _stops(self, index: int, ne: float) -> bool:
+        t = self.ticket
+        if t.rule == "hyperband":
+            return self.trial.should_prune()
+        if not is_rung(index, t.min_validations, t.reduction):
+            return False
+        others = [tr.intermediate_values[index] for tr in self.trial.study.get_trials(deepcopy=False)
+                  if tr._trial_id != t.trial_id and index in tr.intermediate_values]
+        return not keeps(ne, [*others, ne], t.reduction)
 
 
 class Rungs:
@@ -115,16 +181,21 @@ class Rungs:
         storage: the search's shared storage URL, or ``None`` for a journal file at ``journal``.
         study_name: the shared study's name (the rung study is ``study_name + ".rungs"``).
         journal: the journal file used without shared storage.
-        reduction, min_validations, rule: see :class:`RungTicket`.
+        reduction, min_validations, rule: see :class:`RungTicket`; ``min_validations="auto"`` (asha
+            only; hyperband takes 1) is 1 until :meth:`calibrate` places it from the baselines.
     """
 
     def __init__(self, storage: str | None, study_name: str | None, journal: Path, *, reduction: int,
-                 min_validations: int, rule: str = "asha") -> None:
-        if reduction < 2 or min_validations < 1:
-            raise ValueError(f"successive halving needs reduction >= 2 and min_validations >= 1, "
-                             f"got {reduction} and {min_validations}")
+                 min_validations: int | str, rule: str = "asha") -> None:
+        self.auto = min_validations == "auto"
+        if self.auto:
+            min_validations = 1
+        if reduction < 2 or not isinstance(min_validations, int) or min_validations < 1:
+            raise ValueError(f"successive halving needs reduction >= 2 and min_validations >= 1 (or 'auto'), "
+                             f"got {reduction} and {min_validations!r}")
         if rule not in RULES:
             raise ValueError(f"pruning rule must be one of {RULES}, got {rule!r}")
+        self.auto = self.auto and rule == "asha"
         self.reduction, self.min_validations, self.rule = reduction, min_validations, rule
         if storage is None:
             journal.parent.mkdir(parents=True, exist_ok=True)
@@ -141,9 +212,27 @@ class Rungs:
         """A new RUNNING trial for the training of ``name``."""
         trial = self.study.ask()
         trial.set_user_attr("name", name)
+        if not prune:
+            trial.set_user_attr(BASELINE_ATTR, True)
         self._numbers[trial._trial_id] = trial.number
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
                           self.rule)
+
+    def calibrate(self) -> tuple[int, str] | None:
+        """With ``min_validations="auto"``: place the first rung by :func:`first_rung` over the curves of
+        the finished never-stopped trials (the baselines), for the best of them (lowest validation NE).
+        Returns ``(first rung, that baseline's name)``, or ``None`` (nothing changed: a fixed first rung,
+        or no finished baseline, which leaves it at 1)."""
+        if not self.auto:
+            return None
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(_optuna.import_optuna().trial.TrialState.COMPLETE,))
+                if t.user_attrs.get(BASELINE_ATTR) and t.intermediate_values and t.value is not None]
+        if not done:
+            return None
+        curves = {str(t.number): dict(t.intermediate_values) for t in done}
+        best = min(done, key=lambda t: t.value)
+        self.min_validations = first_rung(curves, str(best.number), self.reduction)
+        return self.min_validations, str(best.user_attrs.get("name", best.number))
 
     def close(self, ticket: RungTicket, result: TrialResult) -> None:
         """Finish the ticket's trial as COMPLETE (its best validation NE), PRUNED or FAIL."""

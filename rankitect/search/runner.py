@@ -232,7 +232,8 @@ class SearchRunner:
 
     def _start_from_baselines(self) -> None:
         """Resolve ``target_mflops: auto`` to a baseline's FLOPs (see
-        :func:`~rankitect.search.selection.auto_target`), then tell the strategy every trained
+        :func:`~rankitect.search.selection.auto_target`) and ``pruning_min_validations: auto`` from
+        the baselines' curves (:meth:`~rankitect.search.pruning.Rungs.calibrate`), then tell the strategy every trained
         baseline its space holds, so the search starts from them (both idempotent on resume)."""
         bases = [(t.name, Architecture.from_dict(t.arch), TrialResult.from_dict(t.result))
                  for t in self._all_trials() if t.kind == "baseline"]
@@ -243,6 +244,10 @@ class SearchRunner:
             self.echo(_target_line(*found, self.cfg.search.min_gain_se) if found
                       else "target_mflops auto: no baseline finished; ranking by NE alone")
             self.strategy.objective = self.objective
+        placed = self.rungs.calibrate() if self.rungs is not None else None
+        if placed is not None:
+            self.echo(f"pruning_min_validations auto: first rung at {placed[0]} validation{'s' * (placed[0] > 1)} "
+                      f"(the earliest at which successive halving over the baselines keeps the best, {placed[1]})")
         taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
         if taken:
             self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
