@@ -14,7 +14,7 @@ from rankitect.config import load_config
 from rankitect.errors import ConfigError
 from rankitect.search.base import TrialResult
 from rankitect.search.budget import parse_duration
-from rankitect.search.pruning import Rungs
+from rankitect.search.pruning import Rungs, first_rung
 from rankitect.search.runner import SearchRunner
 from rankitect.train.task import TrialPruned
 
@@ -100,6 +100,65 @@ def test_hyperband_brackets_first_judge_at_later_rungs(tmp_path: Path) -> None:
 
     assert set(stops("asha")) == {1}
     assert set(stops("hyperband")) == {1, 3, 9}
+
+
+def _curve(rng: np.random.Generator) -> dict[int, float]:
+    """A best-so-far validation curve (what trials report): 1 to 11 validations, never rising."""
+    n = int(rng.integers(1, 12))
+    return {k + 1: float(v) for k, v in enumerate(np.minimum.accumulate(rng.uniform(0.5, 0.9) - np.cumsum(
+        rng.uniform(0, 0.05, n) * rng.integers(0, 2, n))))}
+
+
+def test_first_rung_is_the_earliest_at_which_optunas_successive_halving_keeps_the_best() -> None:
+    """Against Optuna's own SuccessiveHalvingPruner: the auto first rung is the smallest
+    ``min_resource`` under which that pruner, shown every other baseline's whole curve first, never
+    stops the baseline of the lowest final value."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def optuna_keeps(curves: dict[str, dict[int, float]], best: str, m: int) -> bool:
+        study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=m, reduction_factor=3, min_early_stopping_rate=0))
+        for name in [*(c for c in curves if c != best), best]:
+            trial, stopped = study.ask(), False
+            for k, v in sorted(curves[name].items()):  # the others report on: baselines are never stopped
+                trial.report(v, k)
+                stopped = trial.should_prune() or stopped
+            study.tell(trial, curves[name][max(curves[name])])
+        return not stopped
+
+    rng = np.random.default_rng(0)
+    later = 0
+    for _ in range(40):
+        curves = {str(b): _curve(rng) for b in range(int(rng.integers(2, 7)))}
+        best = min(curves, key=lambda b: curves[b][max(curves[b])])
+        expected = next(m for m in range(1, 13) if optuna_keeps(curves, best, m))
+        assert first_rung(curves, best, 3) == expected, (curves, best)
+        later += expected > 1
+    assert later >= 5  # the cases are not all the trivial first rung
+
+
+@pytest.mark.parametrize("first", ["auto", "1"])
+def test_auto_first_rung_keeps_what_resembles_a_slow_starting_best_baseline(env, monkeypatch, first: str) -> None:
+    """Two baselines: dlrm starts slower and ends best, deepfm leads after one validation. A rung at
+    one validation would stop dlrm itself; ``auto`` puts the first rung at two validations (the
+    earliest where dlrm leads), so candidates whose curves are dlrm's finish, where a fixed first
+    rung of one validation stops them all."""
+    slow, fast = [0.9, 0.6, 0.4], [0.7, 0.65, 0.64]
+    like_slow = [[0.9 + 0.001 * i, 0.6 - 0.01 * i, 0.4] for i in range(8)]  # no ties at a rung
+    monkeypatch.setattr(protocol, "accumulate", PlantedCurves([slow, fast, *like_slow]))
+    lines: list[str] = []
+    cfg = load_config(overrides=[*TINY, "search.trials=2", "search.baselines=[dlrm,deepfm]",
+                                 f"search.pruning_min_validations={first}"])
+    outcome = SearchRunner(cfg, echo=lines.append).run()
+    statuses = list(outcome.table.loc[outcome.table["kind"] == "candidate", "status"])
+    if first == "auto":
+        assert statuses == ["ok", "ok"]
+        assert any("first rung at 2 validations" in line and "dlrm" in line for line in lines)
+    else:
+        assert statuses == ["pruned"] * 6  # proposals stop at trials x reduction
+        assert not any("first rung" in line for line in lines)
 
 
 class PlantedCurves:
