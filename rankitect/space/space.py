@@ -169,6 +169,28 @@ class SearchSpace:
             sample, current = self._mutate_once(sample, current, arch, rng)
         return current
 
+    def _draw_woken(self, before: dict[str, Any], after: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        """``after`` with the labels its change wakes (inactive in ``before``, read by ``after``) drawn
+        afresh, as a new sample draws them, until no further label wakes.
+
+        An encoded architecture holds its inactive labels at their first options, so without this a
+        mutation that deepens a stack, swaps a layer's op or routes the dense features into the
+        fields would always open the first option of what it opens (the first op, the narrowest
+        knobs, tokens rather than buckets), and what lies behind it only a second mutation could
+        reach. Drawing it is how conditional spaces are sampled (ConfigSpace's neighbourhoods do the
+        same for newly active children).
+        """
+        settled = set(self.active(before))
+        for _ in range(len(self.choices)):
+            woken = [lb for lb in self.active(after) if lb not in settled]
+            if not woken:
+                break
+            for lb in woken:  # the mutated label was active before: it keeps its new value
+                options = self.choices[lb].options
+                after[lb] = options[int(rng.integers(len(options)))]
+            settled.update(woken)
+        return after
+
     def _mutate_once(
         self, sample: dict[str, Any], current: Architecture, original: Architecture, rng: np.random.Generator
     ) -> tuple[dict[str, Any], Architecture]:
@@ -179,7 +201,7 @@ class SearchSpace:
             label = movable[int(rng.integers(len(movable)))]
             choice = self.choices[label]
             others = [o for i, o in enumerate(choice.options) if i != choice.index(sample[label])]
-            candidate = {**sample, label: others[int(rng.integers(len(others)))]}
+            candidate = self._draw_woken(sample, {**sample, label: others[int(rng.integers(len(others)))]}, rng)
             child = self.decode(candidate)
             if child != current and child != original:
                 return candidate, child

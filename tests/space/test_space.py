@@ -91,6 +91,37 @@ def test_mutate_gives_a_different_contained_architecture(name: str, num_mutation
         assert space.contains(child)
 
 
+def test_what_a_mutation_opens_is_drawn_like_a_new_sample() -> None:
+    """Labels a mutation wakes are drawn uniformly, not left at the first options encoding gives
+    them: from DLRM with its dense features sent to the top only, the children that route them into
+    the fields read them as tokens and as buckets about equally often, and children one layer deeper
+    than AutoInt's three have every layer op about equally often (binomial bounds at 4.5 sd)."""
+    from rankitect.space.baselines import engineer_space_for, get_baseline
+    from rankitect.space.testing import tiny_spec
+
+    spec = tiny_spec()
+    space, rng = engineer_space_for(spec), np.random.default_rng(0)
+
+    def opened(base: str, woke: str, read: str, n: int = 8000, **change: str) -> list:
+        parent = space.decode({**space.encode(get_baseline(base, spec)), **change})
+        before = space.encode(parent)
+        assert read not in space.active(before)
+        seen = []
+        for _ in range(n):
+            child = space.encode(space.mutate(parent, rng))
+            if child[woke] != before[woke] and read in space.active(child):
+                seen.append(child[read])
+        return seen
+
+    fields = opened("dlrm", "dense.path", "dense.fields", **{"dense.path": "top"})
+    ops = opened("autoint", "depth", "L3.op")
+    for seen, options in ((fields, ("tokens", "buckets")), (ops, ("attention", "wukong", "dhen"))):
+        n, p = len(seen), 1 / len(options)
+        assert n >= 60
+        for option in options:
+            assert abs(seen.count(option) - n * p) <= 4.5 * (n * p * (1 - p)) ** 0.5, (option, n, seen.count(option))
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_inactive_labels_are_ignored(name: str) -> None:
     space, rng = get_space(name), np.random.default_rng(4)
