@@ -10,6 +10,9 @@ replaced by a candidate only when the candidate's objective is better by more th
 default 1 (Hastie, Tibshirani and Friedman, *Elements of Statistical Learning*, 7.10: keep the
 simpler model unless the other is better by more than one standard error). A gain far above the
 noise (a 4% better model) passes at once; ``0`` restores the plain rule (the lowest objective wins).
+Among the candidates that pass, the same rule prefers the simpler: the winner is the cheapest (in
+FLOPs) whose objective is within ``min_gain_se`` standard errors of the best candidate's, so a model
+four times the cost of one that is as good within the noise is not what the search returns.
 
 The standard error is paired: both models are scored on the same validation rows, so with
 per-example losses ``a_i`` and ``b_i`` (nats) and the validation split's entropy ``H`` the
@@ -89,6 +92,7 @@ class Choice:
     incumbent: Entrant | None = None
     z: float | None = None
     runner_up: tuple[Entrant, float] | None = None
+    best: Entrant | None = None  # the best candidate by objective, where the winner is a cheaper one within its noise
 
     def line(self, min_gain_se: float) -> str:
         """One plain sentence for the search's output."""
@@ -102,7 +106,9 @@ class Choice:
             return (f"winner {w.name}: the best baseline; the best candidate, {cand.name}, is better on validation "
                     f"by {z:.2f} standard errors only (search.min_gain_se = {min_gain_se:g})")
         gain = "" if self.z is None or not math.isfinite(self.z) else f" by {self.z:.2f} standard errors"
-        return f"winner {w.name}: better on validation than the best baseline, {self.incumbent.name}{gain}"
+        cheaper = ("" if self.best is None else f"; the cheapest candidate within {min_gain_se:g} standard "
+                   f"error{'s' * (min_gain_se != 1)} of the best, {self.best.name}")
+        return f"winner {w.name}: better on validation than the best baseline, {self.incumbent.name}{gain}{cheaper}"
 
 
 def _gain(objective: Objective, inc: Entrant, ch: Entrant) -> tuple[float, float]:
@@ -127,8 +133,10 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
     """The search's winner (see the module docstring); None when nothing finished ok.
 
     The incumbent is the ok baseline with the lowest objective (the first on ties). A candidate
-    with a lower objective wins when its gain is more than ``min_gain_se`` paired standard errors;
-    of those that do, the lowest objective wins. Without a baseline the lowest objective wins.
+    with a lower objective passes when its gain is more than ``min_gain_se`` paired standard errors;
+    of those that do, the winner is the cheapest whose objective is within ``min_gain_se`` paired
+    standard errors of the best of them (the lowest objective; itself where no other is). Without a
+    baseline the lowest objective wins.
     """
     if not min_gain_se >= 0:
         raise ValueError(f"min_gain_se must be >= 0, got {min_gain_se!r}")
@@ -141,13 +149,14 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
     inc = min(bases, key=lambda e: objective(e.result))
     challengers = sorted((e for e in ok if e.kind != "baseline" and objective(e.result) < objective(inc.result)),
                          key=lambda e: objective(e.result))
-    held: tuple[Entrant, float] | None = None
-    for ch in challengers:
-        z = _z(*_gain(objective, inc, ch))
-        if z > min_gain_se:
-            return Choice(winner=ch, incumbent=inc, z=z)
-        if held is None or z > held[1]:
-            held = (ch, z)
+    scored = [(ch, _z(*_gain(objective, inc, ch))) for ch in challengers]
+    passed = [(ch, z) for ch, z in scored if z > min_gain_se]
+    if passed:
+        best = passed[0][0]
+        tied = [(ch, z) for ch, z in passed if ch is best or -_z(*_gain(objective, best, ch)) <= min_gain_se]
+        winner, z = min(tied, key=lambda cz: cz[0].result.mflops)  # the first (lowest objective) on ties
+        return Choice(winner=winner, incumbent=inc, z=z, best=None if winner is best else best)
+    held = max(scored, key=lambda cz: cz[1], default=None)
     return Choice(winner=inc, incumbent=inc, runner_up=held)
 
 

@@ -117,6 +117,33 @@ def test_the_best_candidate_that_passes_wins_and_flops_factors_enter_the_error()
     assert abs(se - se_plain) > 0.01 * se
 
 
+@pytest.mark.parametrize("apart", [0.3, 3.0])
+def test_of_the_candidates_that_pass_the_cheapest_within_the_noise_of_the_best_wins(apart):
+    """Two candidates both far better than the baseline; the costlier one is the better by ``apart``
+    paired standard errors of their own difference. Within one error the cheaper wins (the
+    one-standard-error rule: the simpler of two models the noise cannot tell apart); beyond it the
+    better one does."""
+    n, h = 4_000, 0.5
+    rng = np.random.default_rng(7)
+    inc = rng.exponential(0.5, n)
+    noise = rng.normal(0, 0.2, n)
+    noise -= noise.mean()
+    small = inc - 0.02  # 0.04 NE better than the baseline, the same on every row
+    se = noise.std(ddof=1) / math.sqrt(n) / h  # of big against small, in NE
+    big = small - noise - apart * se * h
+    entrants = [_entrant("b", "baseline", inc), _entrant("big", "candidate", big, mflops=4.0),
+                _entrant("small", "candidate", small, mflops=1.0)]
+    gain, err = paired_gain(small, big, entropy=h)
+    assert gain / err == pytest.approx(apart, rel=1e-6)  # the built gap, by the textbook formula
+    choice = choose_winner(entrants, Objective(), 1.0)
+    if apart < 1:
+        assert choice.winner.name == "small" and choice.best.name == "big"
+        assert "the cheapest candidate within 1 standard error of the best, big" in choice.line(1.0)
+    else:
+        assert choice.winner.name == "big" and choice.best is None
+    assert choice.z > 5  # against the baseline, either passes by far
+
+
 def test_zero_min_gain_se_is_the_plain_rule_on_random_cases():
     rng = np.random.default_rng(5)
     objective = Objective(target_mflops=1.0)
