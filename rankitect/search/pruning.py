@@ -2,8 +2,9 @@
 
 Every trained model of a search (baselines first, then candidates of any strategy) is one trial of
 a *rung study*: after each validation it reports its best validation NE so far (what it returns if
-stopped there) at resource ``k`` (the validation's index, from 1), and Optuna's
-:class:`~optuna.pruners.SuccessiveHalvingPruner` (Li et al. 2020, arXiv 1810.05934) stops a candidate at a rung (``min_validations * reduction**r``
+stopped there) at resource ``k`` (the validation's index, from 1), and successive halving (the
+rule of Optuna's :class:`~optuna.pruners.SuccessiveHalvingPruner`, Li et al. 2020, arXiv
+1810.05934; :func:`keeps`) stops a candidate at a rung (``min_validations * reduction**r``
 validations) unless its NE there is among the best ``1/reduction`` of every trial that reached that
 rung. Baselines report too but are never stopped, so from the first candidate on a model must keep
 up with the hand-designed ones to be trained further. The rule is the same whichever strategy
