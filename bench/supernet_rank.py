@@ -2,13 +2,15 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/supernet_rank.py                       # adult.csv, from DCNv2
     PYTHONPATH=$PWD .venv/bin/python bench/supernet_rank.py --set estimator=gumbel --start dlrm
+    PYTHONPATH=$PWD .venv/bin/python bench/supernet_rank.py --start autoint --set epochs=7 --buckets
 
 One DNAS supernet phase (``dnas_search``) on the sized ``engineer`` space, starting around a
 baseline's path, with the objective's target at that baseline's FLOPs. Then the path it found and
 the start path are scored twice on the validation split: with the supernet's shared weights
 (``evaluate_path``), and each retrained from scratch under the training protocol (``run_trial``).
 Where the two orders disagree, the supernet's scores, which the architecture step follows, rank
-wrongly.
+wrongly. ``--buckets`` scores the start path with its dense features read as bucket fields too
+(``dense.path: fields``, ``dense.fields: buckets``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ADULT = [f"data.source={ROOT.parent / 'shared/data/adult.csv'}", f"data.schema={ROOT.parent / 'shared/data/adult.yaml'}"]
@@ -42,6 +45,7 @@ def main() -> None:
     parser.add_argument("--data", action="append", default=None, metavar="KEY=VALUE",
                         help="data overrides (default: adult.csv with its schema)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--buckets", action="store_true", help="also the start path with bucket fields")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,8 +57,7 @@ def main() -> None:
         if start is None:
             raise SystemExit(f"the sized engineer space does not hold {args.start}")
         settings = dict(s.split("=", 1) for s in args.set)
-        dnas = dataclasses.replace(cfg.search.dnas, **{k: type(getattr(cfg.search.dnas, k))(v)
-                                                       for k, v in settings.items()})
+        dnas = dataclasses.replace(cfg.search.dnas, **{k: yaml.safe_load(v) for k, v in settings.items()})
         objective = Objective(target_mflops=supernet.path_flops(start) / 1e6, penalty="relaxed", weight=0.01)
         began = time.perf_counter()
         weights = dnas_search(supernet, data, cfg.train, dnas, objective, seed=args.seed, echo=print, start=start)
@@ -62,7 +65,10 @@ def main() -> None:
         val = list(data.split("val").batches(2048, shuffle=False))
         print(f"{'path':8s} {'hash':16s} {'MFLOPs':>7s} {'supernet val NE':>15s} {'retrained val NE':>16s} "
               f"{'retrained test NE':>17s}")
-        for name, path in (("found", weights.argmax()), (args.start, start)):
+        paths = [("found", weights.argmax()), (args.start, start)]
+        if args.buckets:
+            paths.append(("+buckets", {**start, "dense.path": "fields", "dense.fields": "buckets"}))
+        for name, path in paths:
             arch = space.decode(path)
             shared = evaluate_path(supernet, path, val)["ne"]
             result = run_trial(arch, data, cfg.train).result
