@@ -102,7 +102,8 @@ class Buckets(Block):
         return 0
 
     def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:
-        assert isinstance(widest, Buckets) and isinstance(in_pos, torch.Tensor)
+        if not isinstance(widest, Buckets) or not isinstance(in_pos, torch.Tensor):
+            raise ValueError(f"buckets: slices from a buckets block by a position tensor, got {type(widest).__name__}")
         rows = (in_pos[:, None] * widest.bins + torch.arange(self.bins)).reshape(-1)  # (n * bins,)
         whole = torch.equal(in_pos, torch.arange(widest.n))
         # Where the cut keeps every feature (the engineer space's buckets read all dense features) the
