@@ -63,17 +63,18 @@ def main() -> None:
         weights = dnas_search(supernet, data, cfg.train, dnas, objective, seed=args.seed, echo=print, start=start)
         print(f"supernet phase {time.perf_counter() - began:.1f} s, estimator {dnas.estimator}")
         val = list(data.split("val").batches(2048, shuffle=False))
-        print(f"{'path':8s} {'hash':16s} {'MFLOPs':>7s} {'supernet val NE':>15s} {'retrained val NE':>16s} "
-              f"{'retrained test NE':>17s}")
+        print(f"{'path':8s} {'hash':16s} {'MFLOPs':>7s} {'supernet val NE':>15s} {'AUC':>6s} {'calib':>6s} "
+              f"{'retrained val NE':>16s} {'tAUC':>6s} {'retrained test NE':>17s}")
         paths = [("found", weights.argmax()), (args.start, start)]
         if args.buckets:
             paths.append(("+buckets", {**start, "dense.path": "fields", "dense.fields": "buckets"}))
         for name, path in paths:
             arch = space.decode(path)
-            shared = evaluate_path(supernet, path, val)["ne"]
+            shared = evaluate_path(supernet, path, val)
             result = run_trial(arch, data, cfg.train).result
-            print(f"{name:8s} {arch.hash:16s} {supernet.path_flops(path) / 1e6:7.3f} {shared:15.4f} "
-                  f"{result.val_ne:16.4f} {result.test_ne:17.4f}")
+            print(f"{name:8s} {arch.hash:16s} {supernet.path_flops(path) / 1e6:7.3f} {shared['ne']:15.4f} "
+                  f"{shared['auc']:6.4f} {shared['calibration']:6.3f} {result.val_ne:16.4f} "
+                  f"{result.test_auc:6.4f} {result.test_ne:17.4f}")
 
 
 if __name__ == "__main__":

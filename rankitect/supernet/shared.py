@@ -8,6 +8,7 @@ input is the concatenation of its segments; a port's units start at its segment'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -106,9 +107,10 @@ class SharedBlock(nn.Module):
 class SupernetHead(nn.Module):
     """The head at its widest: hidden layers of the widest widths, one output layer per depth.
 
-    The output layers start at zero, so every path starts from one constant prediction. Randomly
-    initialized, paths whose head reads large unnormalized features (dot products, FM) start with
-    an NE far above 1, and their gradients swamp the weights every other path shares.
+    The output layers' weights start at zero, so every path starts from one constant prediction.
+    Randomly initialized, paths whose head reads large unnormalized features (dot products, FM)
+    start with an NE far above 1, and their gradients swamp the weights every other path shares.
+    That prediction is 0.5 until :meth:`start_at` sets it to the training click rate.
     """
 
     def __init__(self, site: HeadSite, shapes: Mapping[str, Shape]) -> None:
@@ -120,6 +122,24 @@ class SupernetHead(nn.Module):
         for out in self.outputs.values():
             nn.init.zeros_(out.weight)
             nn.init.zeros_(out.bias)
+
+    @torch.no_grad()
+    def start_at(self, ctr: float) -> None:
+        """Every output layer's bias at the log-odds of ``ctr``: each path starts at the base rate,
+        as a trained model does (:func:`~rankitect.train.loop.start_at_base_rate`). At 0 a path
+        would predict 0.5 until its own output layer (one per head depth, stepped only when that
+        depth is sampled) had walked to the base rate, and on a short supernet phase the paths of a
+        rarely drawn depth would be scored by how far that walk got, not by their features.
+
+        >>> head = SupernetHead(HeadSite((("x",),), (4,), (0, 1)), {"x": (3,)})
+        >>> head.start_at(0.2)
+        >>> [round(float(out.bias), 4) for out in head.outputs.values()]
+        [-1.3863, -1.3863]
+        """
+        if not 0.0 < ctr < 1.0:
+            raise ValueError(f"the click rate must be in (0, 1), got {ctr!r}")
+        for out in self.outputs.values():
+            out.bias.fill_(math.log(ctr / (1.0 - ctr)))
 
     def params(self, in_pos: torch.Tensor, widths: tuple[int, ...], take: Take = pick) -> Params:
         """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""

@@ -190,7 +190,8 @@ class SupernetTrainer:
     Args:
         supernet: the model whose weights are trained.
         cfg: learning rates and weight decay (those of candidate training).
-        ctr: the training click rate; ``ne`` divides the loss by its entropy.
+        ctr: the training click rate; ``ne`` divides the loss by its entropy, and the supernet's
+            output layers start at its log-odds (:meth:`~rankitect.supernet.shared.SupernetHead.start_at`).
         max_ne: batch NE above which a path takes no step.
         max_grad_norm: global gradient norm a step is clipped to.
         patience: consecutive skipped steps after which training counts as diverged.
@@ -209,6 +210,7 @@ class SupernetTrainer:
             raise ValueError(f"the training click rate {ctr!r} has no entropy: NE is undefined")
         self.max_ne, self.max_grad_norm, self.patience = max_ne, max_grad_norm, patience
         self.steps, self.skipped, self._in_a_row = 0, 0, 0
+        supernet.head.start_at(ctr)  # every path starts at the base rate, as every trained model does
 
     def step(self, batch: Batch, path: Path, *, gates: Mapping[str, torch.Tensor] | None = None,
              objective: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:

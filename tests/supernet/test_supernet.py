@@ -119,3 +119,21 @@ def test_rocs_paths_are_refused(spec: FeatureSpec) -> None:
     space = get_space("nasrec", **SMALL_NASREC, rocs=True)
     with pytest.raises(ValueError, match="ROCS"):
         Supernet(space, spec).plan(space.sample(np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize("preset", ["nasrec", "engineer"])
+def test_every_path_starts_at_the_training_click_rate(preset: str, spec: FeatureSpec) -> None:
+    """A supernet handed to its trainer predicts the training click rate on every path, whatever
+    its head depth, as a new standalone model does (before: 0.5 until that depth's own output layer
+    had been stepped to the base rate)."""
+    from rankitect.config import TrainConfig
+    from rankitect.supernet.train import SupernetTrainer
+
+    space, ctr = small_space(preset), 0.13
+    supernet = Supernet(space, spec)
+    SupernetTrainer(supernet, TrainConfig(progress=False), ctr)
+    batch = tiny_batch(spec, 16, seed=5)
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        probs = torch.sigmoid(supernet(batch, space.sample(rng)))
+        torch.testing.assert_close(probs, torch.full_like(probs, ctr))
