@@ -16,7 +16,10 @@ sampling strategies get ``--trials`` candidates.
 
 Prints one table per data set: mean and spread (standard deviation over seeds) of test NE, AUC,
 MFLOPs and search minutes for each baseline and for the model each strategy returned (its winner,
-which may be a baseline), then the goals of the issue: the best strategy's test NE against the best
+which may be a baseline), the winner the same rule picks among the models at no more than the
+search's own FLOPs target (``<strategy> (at target)``: what a search under a hard cost cap at its
+``auto`` target, the best baseline's FLOPs, would return; chosen on validation, read off the same
+Pareto table), then the goals of the issue: the best strategy's test NE against the best
 baseline's (relative, at no more than its FLOPs) and DNAS against the best strategy. Writes a
 Pareto plot of every point (``quality_<data>.png``) beside the working directory.
 """
@@ -55,9 +58,13 @@ def child(overrides: list[str], out: str) -> None:
     torch.set_num_threads(1)
     cfg = load_config(overrides=overrides)
     start = time.perf_counter()
-    outcome = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True)).run()
+    runner = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True))
+    outcome = runner.run()
+    target = runner.objective.target_mflops
+    within = runner.winner_within(target) if target else None  # the winner under a hard cap at the target
     Path(out).write_text(json.dumps({"table": outcome.table.to_dict(orient="records"),
-                                     "minutes": (time.perf_counter() - start) / 60}))
+                                     "minutes": (time.perf_counter() - start) / 60, "target_mflops": target,
+                                     "within": None if within is None else [within.winner.kind, within.winner.name]}))
 
 
 def has_time_budget() -> bool:
@@ -115,6 +122,12 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
         w = win.iloc[0]
         rows.append({"data": data, "model": strategy, "seed": seed, "test_ne": w["test_ne"], "test_auc": w["test_auc"],
                      "mflops": w["mflops"], "minutes": run["minutes"], "kind": f"found ({w['kind']})"})
+    if run.get("within"):  # the same rule among the models at no more than the search's target FLOPs
+        kind, name = run["within"]
+        w = table[(table["kind"] == kind) & (table["name"] == name)].iloc[0]
+        rows.append({"data": data, "model": f"{strategy} (at target)", "seed": seed, "test_ne": w["test_ne"],
+                     "test_auc": w["test_auc"], "mflops": w["mflops"], "minutes": run["minutes"],
+                     "kind": f"at target ({kind})", "target_mflops": run["target_mflops"]})
     cands = table[(table["kind"] == "candidate") & (table["status"] == "ok")]
     if len(cands):  # the strategy's own best model, also where a baseline won the search
         c = cands.loc[cands["objective"].idxmin()]
@@ -125,7 +138,7 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
 
 
 def summarize(df: pd.DataFrame, data: str) -> None:
-    d = df[df["data"] == data].assign(candidate=lambda x: x["kind"] == "found (candidate)")
+    d = df[df["data"] == data].assign(candidate=lambda x: x["kind"].isin(["found (candidate)", "at target (candidate)"]))
     d = d.drop_duplicates(["model", "seed"])  # every search of a seed trains the same baselines
     agg = d.groupby("model").agg(test_ne=("test_ne", "mean"), ne_sd=("test_ne", "std"),
                                  auc=("test_auc", "mean"), auc_sd=("test_auc", "std"), mflops=("mflops", "mean"),
@@ -133,8 +146,8 @@ def summarize(df: pd.DataFrame, data: str) -> None:
                                  cand_won=("candidate", "sum"),
                                  **({"trained": ("candidates", "mean")} if "candidates" in d else {})).sort_values("test_ne")
     print(f"\n{data}:\n{agg.to_string(float_format=lambda v: f'{v:.4f}')}")
-    bases = agg.loc[[m for m in agg.index if m not in STRATEGIES and not m.endswith("(cand)")]]
-    found = agg.loc[[m for m in agg.index if m in STRATEGIES]]
+    bases = agg.loc[[m for m in agg.index if m not in STRATEGIES and not m.endswith(("(cand)", "(at target)"))]]
+    found = agg.loc[[m for m in agg.index if m in STRATEGIES or m.endswith("(at target)")]]
     if not len(bases) or not len(found):
         return
     best_base = bases["test_ne"].idxmin()
@@ -148,7 +161,7 @@ def summarize(df: pd.DataFrame, data: str) -> None:
         print(f"  no strategy returned a model at no more than {best_base}'s {bases.loc[best_base, 'mflops']:.3f} "
               f"MFLOPs (goal: >= +0.30% test NE at no more FLOPs)")
     if "dnas" in found.index:
-        gap = found.loc["dnas", "test_ne"] / found["test_ne"].min() - 1
+        gap = found.loc["dnas", "test_ne"] / found.loc[[m for m in found.index if m in STRATEGIES], "test_ne"].min() - 1
         print(f"  dnas vs the best strategy: {gap:+.2%} test NE (goal <= +0.10%)")
 
 
@@ -161,7 +174,8 @@ def plot(df: pd.DataFrame, data: str, path: Path) -> None:
     d = df[df["data"] == data]
     fig, ax = plt.subplots(figsize=(8, 5))
     for model, g in d.groupby("model"):
-        marker = "o" if model in STRATEGIES else "^" if model.endswith("(cand)") else "s"
+        marker = ("o" if model in STRATEGIES else "^" if model.endswith("(cand)")
+                  else "D" if model.endswith("(at target)") else "s")
         ax.scatter(g["mflops"], g["test_ne"], label=model, marker=marker)
     ax.set_xscale("log")
     ax.set(xlabel="MFLOPs per example", ylabel="test NE", title=f"search quality on {data}")

@@ -455,6 +455,16 @@ class SearchRunner:
                     else Entrant(t.name, t.kind, r) for t, r in results]
         return choose_winner(entrants, self.objective, self.cfg.search.min_gain_se)
 
+    def winner_within(self, max_mflops: float) -> Choice | None:
+        """The winner by the same rule among the finished trials of at most ``max_mflops`` MFLOPs:
+        what the search would return under a hard cost cap, read off its Pareto table (a baseline
+        over the cap neither competes nor sets the bar)."""
+        def within(t: TrialRecord) -> bool:
+            mflops = TrialResult.from_dict(t.result).mflops
+            return mflops is not None and mflops <= max_mflops * (1 + 1e-9)
+
+        return self._choose([t for t in self._all_trials() if within(t)])
+
     def _pareto(self) -> tuple[pd.DataFrame, Architecture | None, Choice | None]:
         """The Pareto table of every finished trial (all processes' with shared storage), its winner
         (:func:`~rankitect.search.selection.choose_winner`) and why."""

@@ -111,3 +111,10 @@ def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_pat
     assert table.loc[table["winner"], "val_ne"].item() <= best["val_ne"]
     finished = {h for h, _, _ in runner.state.strategy["history"]["finished"]}
     assert {get_baseline(n, runner.data.spec).hash for n in ("dlrm", "deepfm")} <= finished
+    for cap in sorted(set(ok["mflops"])):  # under a cost cap: the lowest objective of what fits, by hand
+        fits = ok[ok["mflops"] <= cap]
+        won = runner.winner_within(cap).winner.result
+        assert won.mflops <= cap
+        doublings = max(0.0, math.log2(won.mflops / best["mflops"]))
+        assert won.val_ne * (1 + 0.01 * doublings) == pytest.approx(fits["objective"].min())
+    assert runner.winner_within(0.5 * ok["mflops"].min()) is None

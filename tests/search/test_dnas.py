@@ -174,13 +174,13 @@ def test_reinforce_step_is_the_leave_one_out_score_function_gradient(data: Click
 
     space = three_slots()
     supernet = build_supernet(space, data.spec, 0)
+    trainer = SupernetTrainer(supernet, TRAIN, data.split("train").ctr, max_grad_norm=1e9)  # no clipping
     scored = copy.deepcopy(supernet)  # the weights every path is scored with (before any training step)
     weights = ArchitectureWeights(space)
     with torch.no_grad():  # a distribution that is not uniform, so log p has a gradient of its own
         for a in weights.arch_parameters():
             a.copy_(torch.linspace(-0.5, 0.5, len(a)))
     before = [a.detach().clone() for a in weights.arch_parameters()]
-    trainer = SupernetTrainer(supernet, TRAIN, data.split("train").ctr, max_grad_norm=1e9)  # no clipping
     objective = Objective(target_mflops=0.01, penalty="relaxed", weight=0.5)
     step = ArchStep(supernet, weights, torch.optim.SGD(weights.arch_parameters(), lr=1.0), trainer,
                     ExpectedFlops(supernet), objective)
