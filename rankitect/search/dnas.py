@@ -262,7 +262,8 @@ def dnas_search(
     ``seed`` drives the Gumbel noise (the batches follow ``train_cfg.seed``). The loop runs the steps
     of :func:`dnas_schedule` and stops early once the most probable architecture has not changed for
     ``stable_steps`` architecture steps. With ``start`` (a path, e.g. the best baseline's) the
-    architecture weights start ``cfg.start_logit`` towards it: the search explores around it.
+    architecture weights start ``cfg.start_logit`` towards it: the search explores around it, and
+    holding the start never stops it early (:class:`Stability`).
     """
     check_dnas_config(cfg)
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
@@ -275,7 +276,7 @@ def dnas_search(
                          ExpectedFlops(supernet), objective)
     train_it = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
     val_it: Iterator[Batch] = batches(data.split("val"), train_cfg.batch_size, train_cfg.seed + 1)
-    stable = Stability(supernet.space, cfg.stable_steps)
+    stable = Stability(supernet.space, cfg.stable_steps, start)
     bar = tqdm(range(steps), desc="dnas", disable=not progress, dynamic_ncols=True)
     for step in bar:
         tau = tau_at(step, steps, cfg.tau_start, cfg.tau_end)
@@ -309,21 +310,33 @@ def dnas_search(
 class Stability:
     """Counts architecture steps over which the most probable architecture stayed the same.
 
+    A search that starts around a path (the best baseline, ``start_logit`` more per choice) holds
+    that path as its most probable until the scores outweigh the lean, which on small data took
+    longer than ``stable_steps`` (adult.csv, around AutoInt: 44 architecture steps, README). Holding
+    the start says nothing yet about the data, so it never ends the search: the count may end it
+    only once the most probable architecture has left the start (and then any path, the start
+    again included, holding ``patience`` steps does). A start that is never left runs the
+    schedule, which ``epochs`` and ``supernet_steps`` bound.
+
     Args:
         space: decodes paths (paths that differ only in labels the architecture does not read are one).
         patience: the count at which :meth:`update` says stop (0: never).
+        start: the path the search leans towards (None: no lean, every hold counts).
     """
 
-    def __init__(self, space: Any, patience: int) -> None:
+    def __init__(self, space: Any, patience: int, start: dict[str, Any] | None = None) -> None:
         self.space, self.patience = space, patience
         self.held, self._last = 0, None
+        self._start = None if start is None else space.decode(start).hash
+        self.left_start = start is None
 
     def update(self, path: dict[str, Any]) -> bool:
         """Record the most probable path after an architecture step; whether it held long enough."""
         now = self.space.decode(path).hash
+        self.left_start = self.left_start or now != self._start
         self.held = self.held + 1 if now == self._last else 0
         self._last = now
-        return self.patience > 0 and self.held >= self.patience
+        return self.patience > 0 and self.left_start and self.held >= self.patience
 
 
 @register_strategy("dnas")

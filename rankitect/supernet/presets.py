@@ -148,13 +148,24 @@ class EngineerLayout(Layout):
         return max(self.space.menus[name])
 
     def _layer_params(self, op: str) -> dict[str, Any]:
-        if op == "attention":
-            return {"num_heads": self._menu("heads"), "ffn": True}
         if op == "dhen":
             return {"modules": MODULES, "out_fields": self._menu("fields"), "combine": "concat"}
         return {"fmb_fields": self._menu("fields"), "lcb_fields": self._menu("fields"),
                 "low_rank": self._menu("wukong_ranks"), "mlp_width": self._menu("layer_widths"),
                 "mlp_layers": self._menu("mlp_layers")}
+
+    def _layer_sites(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(key, op, widest params)`` of one layer's sites: one per op, and one attention site per
+        head count. Heads split the same projections into different subspaces (and scale scores by
+        their own ``sqrt(D / H)``), so weights trained for one head count are wrong for another; an
+        attention layer is small (``~16 D^2`` weights), so each count gets its own."""
+        out = []
+        for op in LAYER_OPS:
+            if op == "attention":
+                out += [(f"attention/h{h}", op, {"num_heads": h, "ffn": True}) for h in self.space.menus["heads"]]
+            else:
+                out.append((op, op, self._layer_params(op)))
+        return out
 
     def sites(self) -> list[Site]:
         s, width, tokens = self.space, self._menu("widths"), self._menu("dense_tokens")
@@ -169,8 +180,8 @@ class EngineerLayout(Layout):
         for i, name in enumerate(self.layers):
             fields = (*separate(["sparse"]), *buckets) if i == 0 else separate([self.layers[i - 1]])
             flats = self.x_dense if i == 0 else ()
-            sites += [Site(f"{name}/{op}", op, self._layer_params(op), (name,), fields=fields, flats=flats,
-                           tokens=tokens) for op in LAYER_OPS]
+            sites += [Site(f"{name}/{key}", op, params, (name,), fields=fields, flats=flats, tokens=tokens)
+                      for key, op, params in self._layer_sites()]
         stream = shared(["sparse", *self.layers])
         sites += [Site(f"readout/{op}", op, {}, ("readout",), fields=(*stream, *buckets), flats=self.x_dense,
                        tokens=tokens)
@@ -201,7 +212,8 @@ class EngineerLayout(Layout):
         for i in range(s["depth"]):
             op = s[f"L{i}.op"]
             knobs = tuple(f"L{i}.{op}.{suffix}" for suffix in LAYER_KNOBS[op])
-            roles.append(Role(f"L{i}/{op}", f"L{i}", ("depth", f"L{i}.op", *knobs)))
+            key = f"attention/h{s[f'L{i}.attention.heads']}" if op == "attention" else op
+            roles.append(Role(f"L{i}/{key}", f"L{i}", ("depth", f"L{i}.op", *knobs)))
         if s["readout"] != "flatten":
             roles.append(Role(f"readout/{s['readout']}", "readout", ("readout",)))
         if s["cross.layers"]:

@@ -297,6 +297,16 @@ def test_stability_counts_architecture_steps_without_a_change() -> None:
     assert not any(Stability(space, patience=0).update(a) for _ in range(5))  # 0: never stops
 
 
+def test_holding_the_start_never_ends_the_search() -> None:
+    """Around a start path the count ends the search only once the argmax has left the start."""
+    space = three_slots()
+    rng = np.random.default_rng(1)
+    start, b = space.sample(rng), space.sample(rng)
+    stable = Stability(space, patience=2, start=start)
+    held = [stable.update(p) for p in [start] * 10 + [b, b, b, start, start, start]]
+    assert held == [False] * 10 + [False, False, True, False, False, True]
+
+
 class _Steps:
     """A curve logger that remembers the steps it saw."""
 
