@@ -131,7 +131,7 @@ class NasrecLayout(Layout):
 
 
 class EngineerLayout(Layout):
-    """Sites ``bottom``, ``buckets``, ``L{i}/{attention,wukong,dhen}``, ``readout/{dot,fm}``,
+    """Sites ``bottom``, ``buckets``, ``L{i}/{attention/h<heads>,wukong,dhen}``, ``readout/{dot,fm}``,
     ``cross/{full,low}``, ``deep``; ports of the same names. The dense vector (raw or bottom MLP) is
     one shared segment, as are the alternatives of what a stage reads (which layer is last, readout
     or flattened fields); the bucket fields are a segment of their own beside the embeddings.
