@@ -137,3 +137,28 @@ def test_every_path_starts_at_the_training_click_rate(preset: str, spec: Feature
     for _ in range(20):
         probs = torch.sigmoid(supernet(batch, space.sample(rng)))
         torch.testing.assert_close(probs, torch.full_like(probs, ctr))
+
+
+def test_head_counts_keep_attention_weights_of_their_own(spec: FeatureSpec) -> None:
+    """A step on a path whose first layer is 2-head attention moves that layer's weights and leaves
+    the 1-head layer's as they were: heads split the projections differently, so they share none."""
+    from rankitect.config import TrainConfig
+    from rankitect.supernet.train import SupernetTrainer
+
+    space = small_space("engineer")
+    supernet = Supernet(space, spec)
+    rng = np.random.default_rng(4)
+    path = {**space.sample(rng), "depth": 1, "L0.op": "attention", "L0.attention.heads": 2}
+    one_head = {**path, "L0.attention.heads": 1}
+
+    def qkv(p: dict) -> torch.Tensor:
+        return supernet.extract(p).blocks[space.decode(p).blocks.index(
+            next(g for g in space.decode(p).blocks if g.op == "attention"))].qkv.weight.detach().clone()
+
+    before_two, before_one = qkv(path), qkv(one_head)
+    assert not torch.equal(before_two, before_one)  # drawn apart at the start, too
+    trainer = SupernetTrainer(supernet, TrainConfig(progress=False), 0.3)
+    for seed in range(3):  # the output layer starts at zero: the body gets a gradient from the second step
+        trainer.step(tiny_batch(spec, 16, seed=seed), path)
+    assert not torch.equal(qkv(path), before_two)
+    assert torch.equal(qkv(one_head), before_one)
