@@ -102,7 +102,7 @@ class DnasConfig:
 
     supernet_steps: int = 300  # at most; see epochs and stable_steps
     epochs: float | Literal["auto"] = "auto"  # passes over the train split at most (warmup shrinks in proportion); auto: the baselines' median epochs to their best validation, at least 1
-    stable_steps: int = 40  # stop once the most probable architecture held this many arch steps; 0: never
+    stable_steps: int = 40  # stop once the most probable architecture, having left the start, held this many arch steps; 0: never
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
