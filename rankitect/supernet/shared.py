@@ -8,7 +8,6 @@ input is the concatenation of its segments; a port's units start at its segment'
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from rankitect.blocks.base import FIELD, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear
 from rankitect.supernet.layout import HeadSite, Segments, Site
 from rankitect.supernet.slicing import InPos, Params, Take, flat_positions, linear, pick, widest_params
+from rankitect.train.loop import base_rate_logit
 
 Shape = tuple[int, ...]
 
@@ -136,10 +136,9 @@ class SupernetHead(nn.Module):
         >>> [round(float(out.bias), 4) for out in head.outputs.values()]
         [-1.3863, -1.3863]
         """
-        if not 0.0 < ctr < 1.0:
-            raise ValueError(f"the click rate must be in (0, 1), got {ctr!r}")
+        logit = base_rate_logit(ctr)
         for out in self.outputs.values():
-            out.bias.fill_(math.log(ctr / (1.0 - ctr)))
+            out.bias.fill_(logit)
 
     def params(self, in_pos: torch.Tensor, widths: tuple[int, ...], take: Take = pick) -> Params:
         """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""

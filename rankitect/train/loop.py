@@ -175,4 +175,15 @@ def start_at_base_rate(model: nn.Module, ctr: float) -> None:
     last = head[-1] if isinstance(head, nn.Sequential) and len(head) else None
     if isinstance(last, nn.Linear) and last.bias is not None and 0.0 < ctr < 1.0:
         with torch.no_grad():
-            last.bias.fill_(math.log(ctr / (1.0 - ctr)))
+            last.bias.fill_(base_rate_logit(ctr))
+
+
+def base_rate_logit(ctr: float) -> float:
+    """The logit whose sigmoid is ``ctr``: ``log(ctr / (1 - ctr))``, an output bias at the base rate.
+
+    >>> round(base_rate_logit(0.2), 4)
+    -1.3863
+    """
+    if not 0.0 < ctr < 1.0:
+        raise ValueError(f"the click rate must be in (0, 1), got {ctr!r}")
+    return math.log(ctr / (1.0 - ctr))
