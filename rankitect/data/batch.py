@@ -79,3 +79,22 @@ def make_batch(
         request_ids=torch.as_tensor(np.asarray(request_ids), dtype=torch.int64),
         probs=None if probs is None else torch.as_tensor(np.asarray(probs), dtype=torch.float32),
     )
+
+
+def concat_batches(batches: list[Batch]) -> Batch:
+    """The rows of ``batches`` (at least one, same keys) as one batch, in order.
+
+    >>> a = make_batch(np.zeros((1, 1)), np.array([[1, 2]]), np.array([0]), np.array([7]), keys=["a", "b"])
+    >>> b = make_batch(np.ones((2, 1)), np.array([[3, 4], [5, 6]]), np.array([1, 1]), np.array([8, 9]), keys=["a", "b"])
+    >>> ab = concat_batches([a, b])
+    >>> len(ab), ab.sparse["a"].values().tolist(), ab.dense.flatten().tolist(), ab.probs
+    (3, [1, 3, 5], [0.0, 1.0, 1.0], None)
+    """
+    if not batches:
+        raise ValueError("concat_batches needs at least one batch")
+    probs = [b.probs for b in batches]
+    return make_batch(
+        torch.cat([b.dense for b in batches]), torch.cat([b.sparse_ids() for b in batches]),
+        torch.cat([b.labels for b in batches]), torch.cat([b.request_ids for b in batches]),
+        list(batches[0].sparse.keys()), None if any(p is None for p in probs) else torch.cat(probs),
+    )

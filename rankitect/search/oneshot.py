@@ -11,7 +11,10 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
    child is scored without training it: its weights are cut from the supernet, its head is
    fine-tuned for ``finetune_steps`` steps on the features of ``finetune_batches`` fixed training
    batches, and its NE on ``score_batches`` validation batches, with the FLOPs penalty, is the
-   objective.
+   objective. The trained baselines the space holds are scored first and enter the population
+   (:func:`seed_population`): the first tournaments mutate what engineers build, as in the
+   sampling strategies, and the random initial population is that much smaller. They count
+   towards the ``population + children`` scored paths.
 3. **Retraining** of the ``top_k`` best scored children from scratch (``run_trial``): they are the
    search's candidates, with test metrics, next to the baselines in the Pareto table.
 
@@ -32,7 +35,7 @@ from tqdm import tqdm
 
 from rankitect.config import OneShotConfig, TrainConfig
 from rankitect.errors import ConfigError
-from rankitect.data.batch import Batch
+from rankitect.data.batch import Batch, concat_batches
 from rankitect.eval.metrics import MetricAccumulator
 from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
 from rankitect.search.evolution import RegularizedEvolution
@@ -113,6 +116,10 @@ def train_supernet(
 class ChildScorer:
     """Scores paths with inherited weights: head fine-tuned on fixed features, NE on fixed batches.
 
+    The frozen body runs once per child on all fine-tune rows and once on all validation rows (each
+    set as one batch: a path's weights are cut twice, not once per batch); the head's steps then
+    take the fine-tune batches' features one batch at a time.
+
     Args:
         supernet: the trained supernet (left unchanged).
         finetune: training batches whose features the head is fine-tuned on (the same for every child).
@@ -122,12 +129,12 @@ class ChildScorer:
     """
 
     def __init__(self, supernet: Supernet, finetune: list[Batch], val: list[Batch], lr: float, steps: int) -> None:
-        self.supernet, self.finetune, self.val, self.lr, self.steps = supernet, finetune, val, lr, steps
+        self.supernet, self.lr, self.steps = supernet, lr, steps
+        self.finetune = concat_batches(finetune) if finetune else None
+        self.sizes = [len(b) for b in finetune]
+        self.labels = [b.labels for b in finetune]
+        self.val = concat_batches(val)
         self.loss_fn = nn.BCEWithLogitsLoss()
-
-    @torch.no_grad()
-    def _features(self, path: dict[str, Any], batches_: list[Batch]) -> list[torch.Tensor]:
-        return [self.supernet.features(b, path) for b in batches_]
 
     def __call__(self, path: dict[str, Any]) -> dict[str, float]:
         """Validation metrics (NE, logloss, AUC, calibration) of ``path`` after the head's fine-tune."""
@@ -136,18 +143,18 @@ class ChildScorer:
         try:
             head = self.supernet.plan(path).head
             params = {k: v.detach().clone().requires_grad_() for k, v in self.supernet.head_params(path).items()}
-            if self.finetune and self.steps:
+            if self.finetune is not None and self.steps:
                 opt = torch.optim.Adam(params.values(), lr=self.lr)
-                feats = self._features(path, self.finetune)  # the body is frozen: its features once
+                with torch.no_grad():  # the body is frozen: its features once
+                    feats = torch.split(self.supernet.features(self.finetune, path), self.sizes)
                 for step in range(self.steps):
                     i = step % len(feats)
                     opt.zero_grad(set_to_none=True)
-                    self.loss_fn(functional_call(head, params, (feats[i],)), self.finetune[i].labels).backward()
+                    self.loss_fn(functional_call(head, params, (feats[i],)), self.labels[i]).backward()
                     opt.step()
             acc = MetricAccumulator()
             with torch.no_grad():
-                for feats, batch in zip(self._features(path, self.val), self.val):
-                    acc.update(functional_call(head, params, (feats,)), batch.labels)
+                acc.update(functional_call(head, params, (self.supernet.features(self.val, path),)), self.val.labels)
         finally:
             self.supernet.train(was_training)
         return {k: float(v) for k, v in acc.compute().items()}
@@ -162,6 +169,14 @@ def make_scorer(supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: OneS
     return ChildScorer(supernet, finetune, val, train_cfg.lr_dense, cfg.finetune_steps)
 
 
+def score(supernet: Supernet, scorer: ChildScorer, arch: Architecture) -> TrialResult:
+    """``arch`` scored on inherited weights (:class:`ChildScorer`); a non-finite NE is a failure."""
+    path = supernet.as_path(arch)
+    metrics, mflops = scorer(path), supernet.path_flops(path) / 1e6
+    return (TrialResult(val_ne=metrics["ne"], mflops=mflops) if math.isfinite(metrics["ne"])
+            else TrialResult.failure(f"inherited NE is {metrics['ne']}", mflops=mflops))
+
+
 def evolve(
     supernet: Supernet, scorer: ChildScorer, strategy: Strategy, evaluations: int, *,
     on_scored: Any = None, progress: bool = False,
@@ -173,14 +188,27 @@ def evolve(
             arch = strategy.ask()
         except SpaceExhausted:
             break
-        path = supernet.as_path(arch)
-        metrics, mflops = scorer(path), supernet.path_flops(path) / 1e6
-        result = (TrialResult(val_ne=metrics["ne"], mflops=mflops) if math.isfinite(metrics["ne"])
-                  else TrialResult.failure(f"inherited NE is {metrics['ne']}", mflops=mflops))
+        result = score(supernet, scorer, arch)
         strategy.tell(arch, result)
         scored.append((arch, result))
         if on_scored is not None:
             on_scored(arch, result)
+    return scored
+
+
+def seed_population(
+    supernet: Supernet, scorer: ChildScorer, strategy: Strategy, archs: list[Architecture], *, on_scored: Any = None,
+) -> list[tuple[Architecture, TrialResult]]:
+    """Score ``archs`` (the trained baselines the space holds) on inherited weights and enter them
+    into ``strategy``'s population (:meth:`~rankitect.search.base.Strategy.observe`): evolution then
+    starts around what engineers build, as the sampling strategies do."""
+    scored = []
+    for arch in archs:
+        result = score(supernet, scorer, arch)
+        if strategy.observe(arch, result):
+            scored.append((arch, result))
+            if on_scored is not None:
+                on_scored(arch, result)
     return scored
 
 
@@ -209,6 +237,20 @@ class OneShotSearch(PlanProposer):
     config_class = OneShotConfig
     check_config = staticmethod(check_oneshot_config)
 
+    def __init__(self, space: Any, *, seed: int, objective: Objective | None = None,
+                 config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
+        super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
+        self._baselines: list[Architecture] = []  # trained baselines the space holds: the first population
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        """Keep a trained baseline the space holds: evolution on inherited weights starts with it in
+        its population (scored like any child), and it is never retrained."""
+        super().observe(arch, result)
+        if not result.ok or self.space.encode(arch) is None:
+            return False
+        self._baselines.append(arch)
+        return True
+
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
         cfg, seed, data, tracker = self.config, context.seed, context.data, context.tracker
@@ -233,10 +275,13 @@ class OneShotSearch(PlanProposer):
 
             tracker.log_trial(context.parent_run_id, arch, result, {KIND: SCORED})
 
-        scored = evolve(supernet, scorer, evolution, cfg.population + cfg.children, on_scored=log_scored,
-                        progress=context.progress)
+        scored = seed_population(supernet, scorer, evolution, self._baselines, on_scored=log_scored)
+        if scored:
+            context.echo(f"oneshot: {len(scored)} baseline(s) in the first population, scored on inherited weights")
+        scored += evolve(supernet, scorer, evolution, cfg.population + cfg.children - len(scored),
+                         on_scored=log_scored, progress=context.progress)
         return self.untrained(best_scored(scored, self.objective, self.plan_size + len(self.trained)), self.plan_size)
 
 
 __all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",
-           "oneshot_schedule", "train_supernet", "widest_probability"]
+           "oneshot_schedule", "score", "seed_population", "train_supernet", "widest_probability"]

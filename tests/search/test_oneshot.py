@@ -19,7 +19,8 @@ from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.dnas import dnas_schedule
 from rankitect.search.oneshot import (
-    best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, train_supernet,
+    OneShotSearch, best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, score, seed_population,
+    train_supernet,
 )
 from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path, supernet_schedule
 from rankitect.space import get_space
@@ -121,6 +122,32 @@ def test_evolution_on_inherited_weights_is_seeded(data: ClickData) -> None:
     first = run()
     assert len(first) == 8 and len({h for h, _ in first}) == 8
     assert run() == first
+
+
+def test_evolution_starts_from_the_baselines_it_is_handed(data: ClickData) -> None:
+    supernet = build_supernet(space(), data.spec, 0)
+    train_supernet(supernet, data, TRAIN, replace(CFG, supernet_steps=10), seed=0)
+    scorer = make_scorer(supernet, data, TRAIN, CFG)
+    archs = [space().decode(space().sample(np.random.default_rng(i))) for i in (11, 12)]
+    strategy = build_strategy("evolution", space(), seed=5, population=2, sample_size=2)
+    seeded = seed_population(supernet, scorer, strategy, archs)
+    # Scored like any child, and in the population: with population 2 there is no random sample left.
+    assert [(a.hash, r.val_ne) for a, r in seeded] == [(a.hash, score(supernet, scorer, a).val_ne) for a in archs]
+    best = min(seeded, key=lambda ar: ar[1].val_ne)[0]
+    child = evolve(supernet, scorer, strategy, 1)[0][0]
+    # Both members are drawn (sample_size = population), so the child is the better one mutated: one choice
+    # apart, where a uniform sample of this space differs from it in several.
+    theirs, mine = space().encode(best), space().encode(child)
+    assert sum(theirs.get(k) != mine.get(k) for k in set(theirs) | set(mine)) == 1
+    assert seed_population(supernet, scorer, strategy, archs[:1]) == []  # already seen: not entered twice
+
+
+def test_oneshot_keeps_the_baselines_its_space_holds() -> None:
+    search = OneShotSearch(space(), seed=0, config=CFG)
+    inside = space().decode(space().sample(np.random.default_rng(0)))
+    assert search.observe(inside, TrialResult(val_ne=0.8, mflops=1.0))
+    assert not search.observe(inside, TrialResult.failure("diverged"))
+    assert search._baselines == [inside] and inside.hash in search.trained
 
 
 def test_best_scored_ranks_by_objective_and_skips_duplicates() -> None:
