@@ -92,7 +92,7 @@ class OneShotConfig:
     finetune_batches: int = 4  # training batches whose features the head is fine-tuned on
     finetune_steps: int = 20  # head-only steps over those features before a child is scored
     score_batches: int = 10  # validation batches a child is scored on
-    top_k: int = 2  # best scored children retrained from scratch (with search.time_budget: search.trials, until it is spent)
+    top_k: int = 1  # best scored children retrained from scratch, as NASRec (with search.time_budget: search.trials, until it is spent)
     log_every: int = 10
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.adam import adam
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
@@ -147,7 +148,7 @@ class SliceAdam:
             raise ValueError(f"SliceAdam: bad settings lr={lr!r}, betas={betas!r}, eps={eps!r}, "
                              f"weight_decay={weight_decay!r}")
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
-        self.state: dict[int, tuple[torch.Tensor, torch.Tensor, list[int]]] = {}
+        self.state: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # m, v, steps taken
         self.cuts: list[tuple[torch.Tensor, tuple[Index, ...], torch.Tensor]] = []
 
     def take(self, t: torch.Tensor, *index: Index) -> torch.Tensor:
@@ -160,22 +161,36 @@ class SliceAdam:
 
     @torch.no_grad()
     def step(self) -> None:
-        b1, b2 = self.betas
-        for t, index, leaf in self.cuts:
-            if leaf.grad is None:
+        group: list[tuple[torch.Tensor, tuple[Index, ...], torch.Tensor]] = []
+        for cut in self.cuts:
+            if cut[2].grad is None:
                 continue
-            g = leaf.grad if not self.weight_decay else leaf.grad + self.weight_decay * leaf
-            if id(t) not in self.state:  # moments are allocated on a weight's first step, as in Adam
-                self.state[id(t)] = (torch.zeros_like(t), torch.zeros_like(t), [0])
-            m, v, count = self.state[id(t)]
-            count[0] += 1
-            m_cut = _read(m, index).mul_(b1).add_(g, alpha=1 - b1)
-            v_cut = _read(v, index).mul_(b2).addcmul_(g, g, value=1 - b2)
+            if any(cut[0] is other[0] for other in group):  # a weight cut twice: its steps one after the other
+                self._update(group)
+                group = []
+            group.append(cut)
+        self._update(group)
+        self.cuts = []
+
+    def _update(self, group: list[tuple[torch.Tensor, tuple[Index, ...], torch.Tensor]]) -> None:
+        """One fused Adam step (torch's own kernel) on the cuts of ``group`` (distinct weights): the
+        cuts and their moments are gathered, stepped in place, and written back."""
+        if not group:
+            return
+        for t, _, _ in group:  # moments are allocated on a weight's first step, as in Adam
+            if id(t) not in self.state:
+                self.state[id(t)] = (torch.zeros_like(t), torch.zeros_like(t), torch.zeros((), dtype=torch.float32))
+        states = [self.state[id(t)] for t, _, _ in group]
+        leaves = [leaf.detach() for _, _, leaf in group]
+        ms = [_read(m, index) for (_, index, _), (m, _, _) in zip(group, states)]
+        vs = [_read(v, index) for (_, index, _), (_, v, _) in zip(group, states)]
+        adam(leaves, [leaf.grad for _, _, leaf in group], ms, vs, [], [count for _, _, count in states],
+             fused=True, amsgrad=False, beta1=self.betas[0], beta2=self.betas[1], lr=self.lr,
+             weight_decay=self.weight_decay, eps=self.eps, maximize=False)
+        for (t, index, _), leaf, m_cut, v_cut, (m, v, _) in zip(group, leaves, ms, vs, states):
             _write(m, index, m_cut)
             _write(v, index, v_cut)
-            denom = (v_cut / (1 - b2 ** count[0])).sqrt_().add_(self.eps)
-            _write(t.data, index, leaf.detach() - (self.lr / (1 - b1 ** count[0])) * m_cut / denom)
-        self.cuts = []
+            _write(t.data, index, leaf)
 
 
 class SupernetTrainer:

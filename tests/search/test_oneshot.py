@@ -64,6 +64,23 @@ def test_slice_adam_is_adam_on_the_cut_and_leaves_the_rest() -> None:
     assert torch.equal(wide.detach()[untouched], before[untouched])
 
 
+def test_a_weight_cut_twice_in_one_step_takes_its_two_updates_in_turn() -> None:
+    gen = torch.Generator().manual_seed(1)
+    start = torch.randn(6, 3, generator=gen)
+    grads = [torch.randn(2, 3, generator=gen) for _ in range(2)]
+    rows = [torch.tensor([0, 2]), torch.tensor([5, 1])]
+    together, one_by_one = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    opt = SliceAdam(0.1)
+    for idx, g in zip(rows, grads):  # both cuts in one step
+        opt.take(together, idx, None).grad = g
+    opt.step()
+    ref = SliceAdam(0.1)
+    for idx, g in zip(rows, grads):  # the same cuts, one step each
+        ref.take(one_by_one, idx, None).grad = g
+        ref.step()
+    torch.testing.assert_close(together.detach(), one_by_one.detach(), rtol=0, atol=0)
+
+
 def test_an_exploding_path_takes_no_step_and_a_sane_one_is_clipped(data: ClickData) -> None:
     supernet = build_supernet(space(), data.spec, 0)
     trainer = SupernetTrainer(supernet, TRAIN, data.split("train").ctr, max_ne=10.0, max_grad_norm=0.5)
