@@ -10,6 +10,7 @@ from rankitect.blocks.common import check_positive, check_request
 from rankitect.blocks.slicing import InPos, Params, Take, pick
 
 BUCKETS = 16  # buckets per feature, the default
+EDGE_ROWS = 16_384  # training rows a training sets the edges from (all of a smaller split)
 
 
 def bucket_edges(x: torch.Tensor, bins: int) -> torch.Tensor:
@@ -47,7 +48,9 @@ class Buckets(Block):
 
     The edges are data-dependent initialization (as ActNorm's, Glow, arXiv 1807.03039): the first
     forward in training mode sets them to the quantiles of its batch (:func:`bucket_edges`) and they
-    stay fixed after that. They are buffers, so a state dict carries them; before they are set every
+    stay fixed after that. Trainings make that first forward one of ``EDGE_ROWS`` shuffled training
+    rows, without a step (:func:`~rankitect.train.loop.set_bucket_edges`), so the quantiles are
+    those of the data rather than of one mini-batch. They are buffers, so a state dict carries them; before they are set every
     value falls in the bucket of its sign. The table is an ``nn.Embedding``, so training steps it
     with the embedding tables' optimizer.
 
@@ -115,3 +118,8 @@ class Buckets(Block):
         params = {"table.weight": take(widest.table.weight, rows), "edges": widest.edges.index_select(0, in_pos),
                   "ready": widest.ready}
         return params, in_pos.clone()
+
+
+def unset_buckets(module: nn.Module) -> list[Buckets]:
+    """The :class:`Buckets` blocks of ``module`` whose edges are not set yet."""
+    return [m for m in module.modules() if isinstance(m, Buckets) and not bool(m.ready)]

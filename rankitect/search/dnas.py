@@ -58,7 +58,7 @@ from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
-    supernet_schedule,
+    set_bucket_edges, supernet_schedule,
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
@@ -272,6 +272,7 @@ def dnas_search(
     if start is not None:
         weights.lean_towards(start, cfg.start_logit)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
+    set_bucket_edges(supernet, data.split("train"), train_cfg.seed)
     arch_step = ArchStep(supernet, weights, torch.optim.Adam(weights.arch_parameters(), lr=cfg.arch_lr), trainer,
                          ExpectedFlops(supernet), objective)
     train_it = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)

@@ -42,7 +42,8 @@ from rankitect.search.evolution import RegularizedEvolution
 from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
-    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, supernet_schedule,
+    CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, set_bucket_edges,
+    supernet_schedule,
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
@@ -94,6 +95,7 @@ def train_supernet(
     steps, warmup = oneshot_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
     rng = np.random.default_rng(seed)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
+    set_bucket_edges(supernet, data.split("train"), train_cfg.seed)
     stream = batches(data.split("train"), train_cfg.batch_size, train_cfg.seed)
     losses, taken = [], []
     bar = tqdm(range(steps), desc="supernet", disable=not progress, dynamic_ncols=True)

@@ -26,7 +26,8 @@ from rankitect.eval.metrics import MetricAccumulator, entropy
 from rankitect.supernet.model import Supernet
 from rankitect.supernet.memory import SupernetMemory, estimate_supernet_memory, physical_memory
 from rankitect.supernet.slicing import Index, pick
-from rankitect.train.loop import BatchStream
+from rankitect.blocks.buckets import unset_buckets
+from rankitect.train.loop import BatchStream, edge_rows
 from rankitect.train.task import split_parameters
 from rankitect.train.optim import RowWiseAdagrad
 
@@ -87,6 +88,23 @@ def supernet_schedule(
 def batches(split: Any, batch_size: int, seed: int) -> Iterator[Batch]:
     """Shuffled batches of ``split`` forever, a new shuffle each epoch."""
     return iter(BatchStream(split, batch_size, shuffle=True, seed=seed, repeat=True))
+
+
+def set_bucket_edges(supernet: Supernet, split: Any, seed: int) -> None:
+    """Set the edges of the supernet's unset buckets blocks from :func:`~rankitect.train.loop.edge_rows`
+    of ``split``, as a candidate's training does (:func:`~rankitect.train.loop.set_bucket_edges`).
+    A supernet's buckets site reads every dense feature, standardized (``flats`` of ``dense``), so
+    its widest block is called on them directly: no path has to run."""
+    blocks = [b for b in unset_buckets(supernet) if b.n == supernet.spec.n_dense]
+    if not blocks or len(split) == 0:
+        return
+    with torch.no_grad():
+        dense = supernet.standardize(edge_rows(split, seed).dense)
+        for block in blocks:
+            was_training = block.training
+            block.train()
+            block(dense)
+            block.train(was_training)
 
 
 def frozen(t: torch.Tensor, *index: Index) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
+from rankitect.blocks.buckets import EDGE_ROWS, unset_buckets
 from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.eval.evaluate import evaluate
@@ -121,6 +122,7 @@ def train_model(
 
         trained = prepare_training(model, data, cfg, runtime)
     train, val = data.split("train"), data.split("val")
+    set_bucket_edges(model, train, cfg.seed)
     schedule = Schedule.for_data(cfg, data)
     check_warmup(cfg, schedule.total_steps)
     protocol = Protocol(model, lambda: val.batches(cfg.batch_size, shuffle=False), cfg, schedule, report)
@@ -187,3 +189,25 @@ def base_rate_logit(ctr: float) -> float:
     if not 0.0 < ctr < 1.0:
         raise ValueError(f"the click rate must be in (0, 1), got {ctr!r}")
     return math.log(ctr / (1.0 - ctr))
+
+
+def edge_rows(split: Any, seed: int, rows: int | None = None) -> Batch:
+    """``rows`` (default ``EDGE_ROWS``; all of a smaller split) shuffled rows of ``split``, one batch."""
+    return next(iter(split.batches(max(1, min(rows or EDGE_ROWS, len(split))), shuffle=True, seed=seed)))
+
+
+def set_bucket_edges(model: nn.Module, split: Any, seed: int) -> None:
+    """Set the edges of ``model``'s unset :class:`~rankitect.blocks.buckets.Buckets` blocks from
+    :func:`edge_rows` of ``split``: one forward in training mode without gradients and without a
+    step (their data-dependent initialization), instead of from the first mini-batch, on the
+    device of the model's weights. A model without such blocks is left alone."""
+    if not unset_buckets(model) or len(split) == 0:
+        return
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.train()
+    try:
+        with torch.no_grad():
+            model(edge_rows(split, seed).to(device))
+    finally:
+        model.train(was_training)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,9 @@ from rankitect.config import TrainConfig
 from rankitect.space.architecture import BlockGene
 from rankitect.space.builder import build_model
 from rankitect.space.space import get_space
-from rankitect.supernet.train import SupernetTrainer, build_supernet
+from rankitect.supernet.train import SupernetTrainer, build_supernet, set_bucket_edges
+from rankitect.train.loop import train_model
+from rankitect.train.task import TrialDiverged
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_ENGINEER
 
@@ -114,3 +117,39 @@ def test_a_supernet_path_with_buckets_sets_the_shared_edges_and_steps_the_table_
     extracted = supernet.extract(path)  # a standalone model carries the shared edges
     block = next(b for b in extracted.blocks if isinstance(b, Buckets))
     assert torch.equal(block.edges, shared.edges) and bool(block.ready)
+
+
+def _bucket_path(space):
+    path = space.encode(space.decode(space.sample(np.random.default_rng(0))))
+    path.update({"depth": 1, "L0.op": "attention", "dense.path": "fields", "dense.fields": "buckets"})
+    return path
+
+
+def _all_dense(split) -> torch.Tensor:
+    return next(split.batches(len(split), shuffle=False)).dense
+
+
+def test_a_training_sets_the_edges_from_the_train_split_not_its_first_batch(tmp_path: Path) -> None:
+    data = tiny_click_data(tmp_path / "data", rows=512)  # a train split under EDGE_ROWS: all of it
+    space = get_space("engineer", **SMALL_ENGINEER)
+    model = build_model(space.decode(_bucket_path(space)), data.spec)
+    block = next(b for b in model.blocks if isinstance(b, Buckets))
+    with contextlib.suppress(TrialDiverged):  # one step ends no better than the base rate; the edges came first
+        train_model(model, data, TrainConfig(batch_size=32, steps=1, val_batches=1, test_batches=1, progress=False))
+    everything = bucket_edges(model.standardize(_all_dense(data.split("train"))), block.bins)
+    first = bucket_edges(model.standardize(next(data.split("train").batches(32, shuffle=True, seed=0)).dense),
+                         block.bins)
+    torch.testing.assert_close(block.edges, everything)
+    assert not torch.allclose(block.edges, first)  # what the first batch alone would have set
+
+
+def test_a_supernet_sets_its_shared_edges_from_the_train_split(tmp_path: Path) -> None:
+    data = tiny_click_data(tmp_path / "data", rows=512)
+    space = get_space("engineer", **SMALL_ENGINEER)
+    supernet = build_supernet(space, data.spec, 0)
+    shared = supernet.ops["buckets"].options["only"].block
+    set_bucket_edges(supernet, data.split("train"), seed=0)
+    assert bool(shared.ready)
+    torch.testing.assert_close(shared.edges, bucket_edges(supernet.standardize(_all_dense(data.split("train"))), 16))
+    extracted = supernet.extract(_bucket_path(space))  # what a path runs with
+    assert torch.equal(next(b for b in extracted.blocks if isinstance(b, Buckets)).edges, shared.edges)
