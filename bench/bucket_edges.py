@@ -45,7 +45,7 @@ def main() -> None:
         archs = {f"AutoInt, bucket fields, dense.path {path}": space.decode(
             {**start, "dense.path": path, "dense.fields": "buckets"}) for path in ("fields", "both")}
         whole = loop.set_bucket_edges
-        print(f"{'model':36s} {'edges from':22s} {'test NE':>16s} {'val NE':>16s}")
+        print(f"{'model':42s} {'edges from':22s} {'test NE':>16s} {'val NE':>16s}")
         for name, arch in archs.items():
             for edges, setter in ((f"{loop.EDGE_ROWS:,} rows", whole), ("the first batch", lambda *a, **k: None)):
                 loop.set_bucket_edges = setter
@@ -56,7 +56,7 @@ def main() -> None:
                     val.append(metrics["val/ne"])
                 loop.set_bucket_edges = whole
                 sd = (lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0)
-                print(f"{name:36s} {edges:22s} {statistics.mean(test):.4f} +- {sd(test):.4f} "
+                print(f"{name:42s} {edges:22s} {statistics.mean(test):.4f} +- {sd(test):.4f} "
                       f"{statistics.mean(val):.4f} +- {sd(val):.4f}", flush=True)
 
 
