@@ -242,7 +242,7 @@ class OneShotSearch(PlanProposer):
     def __init__(self, space: Any, *, seed: int, objective: Objective | None = None,
                  config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
-        self._baselines: list[Architecture] = []  # trained baselines the space holds: the first population
+        self._baselines: list[tuple[float, str, Architecture]] = []  # (objective, hash, arch) of trained baselines
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: evolution on inherited weights starts with it in
@@ -250,8 +250,14 @@ class OneShotSearch(PlanProposer):
         super().observe(arch, result)
         if not result.ok or self.space.encode(arch) is None:
             return False
-        self._baselines.append(arch)
+        self._baselines.append((self.objective(result), arch.hash, arch))
         return True
+
+    def first_population(self) -> list[Architecture]:
+        """The observed baselines, worst objective first (ties by hash), whatever order they finished
+        in: the same search seeds the same population, and the best baseline is its youngest member,
+        the last to age out."""
+        return [arch for _, _, arch in sorted(self._baselines, key=lambda b: (-b[0], b[1]))]
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
@@ -277,7 +283,7 @@ class OneShotSearch(PlanProposer):
 
             tracker.log_trial(context.parent_run_id, arch, result, {KIND: SCORED})
 
-        scored = seed_population(supernet, scorer, evolution, self._baselines, on_scored=log_scored)
+        scored = seed_population(supernet, scorer, evolution, self.first_population(), on_scored=log_scored)
         if scored:
             context.echo(f"oneshot: {len(scored)} baseline(s) in the first population, scored on inherited weights")
         scored += evolve(supernet, scorer, evolution, cfg.population + cfg.children - len(scored),

@@ -164,7 +164,19 @@ def test_oneshot_keeps_the_baselines_its_space_holds() -> None:
     inside = space().decode(space().sample(np.random.default_rng(0)))
     assert search.observe(inside, TrialResult(val_ne=0.8, mflops=1.0))
     assert not search.observe(inside, TrialResult.failure("diverged"))
-    assert search._baselines == [inside] and inside.hash in search.trained
+    assert search.first_population() == [inside] and inside.hash in search.trained
+
+
+def test_the_first_population_does_not_depend_on_the_order_baselines_finish_in() -> None:
+    archs = [space().decode(space().sample(np.random.default_rng(i))) for i in (21, 22, 23)]
+    results = [TrialResult(val_ne=ne, mflops=1.0) for ne in (0.7, 0.9, 0.8)]
+    orders = []
+    for order in ([0, 1, 2], [2, 0, 1]):
+        search = OneShotSearch(space(), seed=0, config=CFG)
+        for i in order:
+            search.observe(archs[i], results[i])
+        orders.append([a.hash for a in search.first_population()])
+    assert orders[0] == orders[1] == [archs[1].hash, archs[2].hash, archs[0].hash]  # worst first, best last
 
 
 def test_best_scored_ranks_by_objective_and_skips_duplicates() -> None:
