@@ -50,9 +50,9 @@ class Buckets(Block):
     forward in training mode sets them to the quantiles of its batch (:func:`bucket_edges`) and they
     stay fixed after that. Trainings make that first forward one of ``EDGE_ROWS`` shuffled training
     rows, without a step (:func:`~rankitect.train.loop.set_bucket_edges`), so the quantiles are
-    those of the data rather than of one mini-batch. They are buffers, so a state dict carries them; before they are set every
-    value falls in the bucket of its sign. The table is an ``nn.Embedding``, so training steps it
-    with the embedding tables' optimizer.
+    those of the data rather than of one mini-batch. They are buffers, so a state dict carries them;
+    before they are set every value falls in the bucket of its sign. The table is an
+    ``nn.Embedding``, so training steps it with the embedding tables' optimizer.
 
     ROCS masking: feature ``j`` gives field ``j``, so the first ``request_out = request_in`` fields
     depend only on the request-side features.
