@@ -112,7 +112,7 @@ class DnasConfig:
     arch_split: Literal["train", "val"] = "train"  # batches the architecture steps on (train: rows not yet seen)
     tau_start: float = 5.0
     tau_end: float = 0.5
-    top_k: int = 1  # most probable architectures retrained (with search.time_budget: search.trials, until it is spent)
+    top_k: int = 1  # most probable architectures retrained (with search.time_budget, then changes of the best retrained so far)
     log_every: int = 10
 
 

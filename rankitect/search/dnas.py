@@ -32,9 +32,10 @@ probabilities (:meth:`ArchStep.objective_of`). The search is sized to the data
 many as the baselines took to their best validation, :func:`auto_epochs`), and it stops once the most
 probable architecture has held for ``stable_steps`` architecture steps. It starts around the best
 trained baseline the space holds (``start_logit`` more per choice), as the sampling strategies start
-from the baselines. The most probable architecture (and the next ``top_k - 1``; with a time budget,
-up to ``search.trials``, retrained until the budget is spent) is then retrained from scratch and
-scored on the test split. The entropy of every choice, the expected MFLOPs and the temperature are
+from the baselines. The most probable architecture (and the next ``top_k - 1``) is then retrained
+from scratch and scored on the test split; with a time budget the retraining goes on, around the
+best architecture retrained so far, the changes the architecture weights prefer first
+(:class:`DnasSearch`), until ``search.trials`` are trained or the budget is spent. The entropy of every choice, the expected MFLOPs and the temperature are
 logged to a ``supernet`` child run in batches.
 """
 
@@ -53,7 +54,7 @@ from rankitect.config import DnasConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
-from rankitect.search.base import SearchContext, Space, TrialResult, register_strategy
+from rankitect.search.base import SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
 from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
@@ -345,6 +346,16 @@ class DnasSearch(PlanProposer):
     """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
     most probable architectures proposed to be retrained from scratch.
 
+    With a time budget (``fill``: ``search.trials``) the retraining goes on once those are done, and
+    learns from what it retrains: each further ask is the next untried one-choice change of the best
+    architecture trained so far by objective (baselines included), the change the architecture
+    weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
+    A change that beats its origin becomes the next origin; an origin whose changes are all
+    tried gives way to the next best architecture. So the supernet orders the moves and retraining,
+    not the supernet's shared weights, decides which architecture the search moves to: on small
+    data the shared weights favour small paths, and the most probable paths alone were retrained
+    one after another without learning from any of them (README, Measured).
+
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
     """
@@ -355,8 +366,9 @@ class DnasSearch(PlanProposer):
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
                  config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
-        self._starts: list[tuple[float, dict[str, Any]]] = []  # (objective, path) of observed baselines
+        self._scored: dict[str, tuple[float, Architecture]] = {}  # hash -> (objective, arch) trained in the space
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
+        self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: the search starts around the best one (and
@@ -364,11 +376,17 @@ class DnasSearch(PlanProposer):
         super().observe(arch, result)
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
-        path = self.space.encode(arch)
-        if path is None or not result.ok:
+        return self._score(arch, result)
+
+    def _score(self, arch: Architecture, result: TrialResult) -> bool:
+        if not result.ok or self.space.encode(arch) is None:
             return False
-        self._starts.append((self.objective(result), path))
+        self._scored[arch.hash] = (self.objective(result), arch)
         return True
+
+    def _ranked(self) -> list[Architecture]:
+        """Trained architectures of the space, best objective first (ties by hash)."""
+        return [a for _, a in sorted(self._scored.values(), key=lambda va: (va[0], va[1].hash))]
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
@@ -385,19 +403,75 @@ class DnasSearch(PlanProposer):
         steps, warmup = dnas_schedule(cfg, rows, batch_size)
         context.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                      f"at most {steps} steps (architecture steps from step {warmup})")
-        start = min(self._starts, key=lambda vp: vp[0])[1] if self._starts else None
-        weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
-                              curves=curves, progress=context.progress, echo=context.echo, start=start)
+        ranked = self._ranked()
+        start = self.space.encode(ranked[0]) if ranked else None
+        self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
+                                   curves=curves, progress=context.progress, echo=context.echo, start=start)
         curves.flush()
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
-        tracker.log_dict(run_id, weights.to_dict(), "architecture_probs.json")
+        tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
         tracker.end_run(run_id, "FINISHED")
-        paths = weights.most_probable(self.plan_size + len(self.trained))
+        paths = self.weights.most_probable(cfg.top_k + len(self.trained))
         flops = {self.space.decode(p).hash: supernet.path_flops(p) / 1e6 for p in paths}
-        archs = self.untrained([self.space.decode(p) for p in paths], self.plan_size)
+        archs = self.untrained([self.space.decode(p) for p in paths], cfg.top_k)
         for arch in archs:
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
+        if self.fill > len(archs):
+            context.echo(f"dnas: then, until {self.fill} are trained or the budget is spent, one-choice changes "
+                         "of the best architecture trained so far, the most probable first")
         return archs
+
+    def start(self, context: SearchContext) -> None:
+        super().start(context)
+        self._done |= context.finished  # a resumed search proposes no finished candidate again
+
+    def ask(self) -> Architecture:
+        try:
+            return super().ask()
+        except SpaceExhausted:
+            if self.fill <= self.config.top_k or self.weights is None:
+                raise
+        return self._climb()
+
+    def _climb(self) -> Architecture:
+        """The next untried one-choice change of the best trained architecture that has one left."""
+        assert self.weights is not None
+        seen = self._done | self._pending | self.trained
+        for origin in self._ranked():
+            path = self.space.encode(origin)
+            for move in self.weights.neighbours(path):
+                try:
+                    arch = self.space.decode(move)
+                except ValueError:
+                    continue
+                if arch.hash not in seen:
+                    self._pending.add(arch.hash)
+                    self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash})")
+                    return arch
+                seen.add(arch.hash)
+        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        super().tell(arch, result)
+        self._score(arch, result)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {**super().state_dict(),
+                 "scored": [[v, a.to_dict()] for v, a in self._scored.values()]}
+        if self.weights is not None:
+            state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        for value, d in state.get("scored", []):
+            arch = Architecture.from_dict(d)
+            self._scored[arch.hash] = (float(value), arch)
+        if "logits" in state:
+            self.weights = ArchitectureWeights(self.space)
+            with torch.no_grad():
+                for label, a in zip(self.weights.labels, self.weights.logits):
+                    a.copy_(torch.tensor(state["logits"][label]))
 
 
 __all__ = ["ArchStep", "DnasSearch", "Stability", "auto_epochs", "check_dnas_config", "dnas_schedule", "dnas_search"]

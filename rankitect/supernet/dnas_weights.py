@@ -139,23 +139,44 @@ class ArchitectureWeights(nn.Module):
         """Up to ``k`` paths of distinct architectures, most probable first: the argmax, then the
         paths that change one active label to another option, by how little probability they lose."""
         best = self.argmax()
-        logp = {label: torch.log_softmax(a, dim=0) for label, a in zip(self.labels, self.logits)}
-        moves = []
-        for label in self.space.active(best):
-            here = self.space.choices[label].index(best[label])
-            for i, option in enumerate(self._options(label)):
-                if i != here:
-                    moves.append((float(logp[label][here] - logp[label][i]), label, option))
         out, seen = [best], {self.space.decode(best).hash}
-        for _, label, option in sorted(moves, key=lambda m: m[0]):
+        for path in self.neighbours(best):
             if len(out) >= k:
                 break
-            path = {**best, label: option}
             h = self.space.decode(path).hash
             if h not in seen:
                 seen.add(h)
                 out.append(path)
         return out[:k]
+
+    @torch.no_grad()
+    def neighbours(self, path: Mapping[str, Any]) -> list[Path]:
+        """Every path one choice away from ``path``: each label it reads set to each other option,
+        the change the distribution prefers most first (``log p(new) - log p(old)``, highest first;
+        ties in label and option order). Labels ``path`` does not read take their most probable
+        option, so a change that brings one into play brings in the option the search chose.
+
+        >>> from rankitect.space import get_space
+        >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
+        >>> w = ArchitectureWeights(space)
+        >>> path = w.argmax()
+        >>> len(w.neighbours(path)) == sum(len(space.choices[label].options) - 1 for label in space.active(path))
+        True
+        >>> w.lean_towards(w.neighbours(path)[-1], 1.0)  # now the last change is the one preferred
+        >>> changed = [label for label in path if w.neighbours(path)[0][label] != path[label]]
+        >>> w.neighbours(path)[0][changed[0]] == w.argmax()[changed[0]]
+        True
+        """
+        base = {**self.argmax(), **{label: path[label] for label in self.space.active(path)}}
+        logp = {label: torch.log_softmax(a, dim=0) for label, a in zip(self.labels, self.logits)}
+        moves = []
+        for label in self.space.active(base):
+            here = self.space.choices[label].index(base[label])
+            for i, option in enumerate(self._options(label)):
+                if i != here:
+                    moves.append((float(logp[label][i] - logp[label][here]), label, option))
+        moves.sort(key=lambda m: -m[0])  # stable: ties keep label and option order
+        return [{**base, label: option} for _, label, option in moves]
 
     @torch.no_grad()
     def to_dict(self) -> dict[str, list[float]]:

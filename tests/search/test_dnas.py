@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -408,3 +410,77 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
     strategy.search(context)
     assert seen["schedule"][0] == 3 * per_epoch  # median of 2, 6 and 3 epochs
+
+
+def _preferred_change(space, weights: ArchitectureWeights, origin: Architecture, skip: set[str]) -> Architecture:
+    """By hand: over every one-choice change of ``origin`` (labels it does not read at their most
+    probable option), the one whose option gains most probability over the option it replaces."""
+    probs = {label: np.exp(a.detach().numpy()) / np.exp(a.detach().numpy()).sum()
+             for label, a in zip(weights.labels, weights.logits)}
+    path = space.encode(origin)
+    base = dict(path)
+    for label, c in space.choices.items():
+        if label not in space.active(path):
+            base[label] = c.options[int(np.argmax(probs[label]))]
+    best, gain = None, -np.inf
+    for label in space.active(base):
+        here = space.choices[label].index(base[label])
+        for i, option in enumerate(space.choices[label].options):
+            arch = space.decode({**base, label: option})
+            g = np.log(probs[label][i]) - np.log(probs[label][here])
+            if i != here and arch.hash not in skip and arch.hash != origin.hash and g > gain:
+                best, gain = arch, g
+    return best
+
+
+def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data: ClickData, monkeypatch) -> None:
+    """Past its ``top_k``, a search with a time budget asks the most preferred untried change of the
+    best architecture trained so far: a baseline while it is best, then the change that beat it."""
+    from rankitect.search.base import SearchContext, SpaceExhausted, TrialResult
+    from rankitect.search.dnas import DnasSearch
+
+    space = three_slots()
+    rng = np.random.default_rng(3)
+    weights = ArchitectureWeights(space)
+    with torch.no_grad():
+        for a in weights.logits:
+            a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(int(rng.integers(1 << 30)))))
+    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: weights)
+    context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
+                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+
+    def searched(fill: int) -> tuple[DnasSearch, Architecture]:
+        strategy = DnasSearch(space, seed=0, objective=Objective(), fill=fill)
+        baseline = space.decode(space.sample(np.random.default_rng(1)))
+        strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=1.0))
+        strategy.start(context)
+        return strategy, baseline
+
+    strategy, baseline = searched(fill=0)
+    argmax = strategy.ask()
+    assert argmax == space.decode(weights.argmax())
+    strategy.tell(argmax, TrialResult(val_ne=0.9, mflops=1.0))
+    with pytest.raises(SpaceExhausted):  # no budget: the top_k most probable only
+        strategy.ask()
+
+    strategy, baseline = searched(fill=10)
+    assert strategy.ask() == argmax
+    strategy.tell(argmax, TrialResult(val_ne=0.9, mflops=1.0))  # worse than the baseline
+    seen = {baseline.hash, argmax.hash}
+    first = strategy.ask()
+    assert first == _preferred_change(space, weights, baseline, seen)
+    seen.add(first.hash)
+    strategy.tell(first, TrialResult(val_ne=0.7, mflops=1.0))  # beats the baseline: the search moves
+    second = strategy.ask()
+    assert second == _preferred_change(space, weights, first, seen)
+    seen.add(second.hash)
+    strategy.tell(second, TrialResult(val_ne=0.75, mflops=1.0))  # worse than first: first stays the origin
+    state = json.loads(json.dumps(strategy.state_dict()))  # the checkpoint is JSON
+    third = strategy.ask()
+    assert third == _preferred_change(space, weights, first, seen)
+
+    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
+    resumed = DnasSearch(space, seed=0, objective=Objective(), fill=10)
+    resumed.load_state_dict(state)
+    resumed.start(replace(context, finished={argmax.hash, first.hash, second.hash}))
+    assert resumed.ask() == third  # no supernet again, nothing finished proposed again
