@@ -351,7 +351,8 @@ class DnasSearch(PlanProposer):
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
     A change that beats its origin becomes the next origin; an origin whose changes are all
-    tried gives way to the next best architecture. So the supernet orders the moves and retraining,
+    tried gives way to the next best architecture. Changes may be pruned (``search.pruning``) as
+    evolution's children are; what the supernet chose is trained in full. So the supernet orders the moves and retraining,
     not the supernet's shared weights, decides which architecture the search moves to: on small
     data the shared weights favour small paths, and the most probable paths alone were retrained
     one after another without learning from any of them (README, Measured).
@@ -369,6 +370,12 @@ class DnasSearch(PlanProposer):
         self._scored: dict[str, tuple[float, Architecture]] = {}  # hash -> (objective, arch) trained in the space
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
         self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
+        self._climbing = False  # the last ask was a change (see prunable)
+
+    @property
+    def prunable(self) -> bool:  # type: ignore[override]
+        """Whether the architecture last asked may be stopped early: a change, not a chosen one."""
+        return self._climbing
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: the search starts around the best one (and
@@ -427,11 +434,15 @@ class DnasSearch(PlanProposer):
 
     def ask(self) -> Architecture:
         try:
-            return super().ask()
+            arch = super().ask()
         except SpaceExhausted:
             if self.fill <= self.config.top_k or self.weights is None:
                 raise
-        return self._climb()
+            arch = self._climb()
+            self._climbing = True
+        else:
+            self._climbing = False
+        return arch
 
     def _climb(self) -> Architecture:
         """The next untried one-choice change of the best trained architecture that has one left."""
