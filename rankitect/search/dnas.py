@@ -35,8 +35,9 @@ trained baseline the space holds (``start_logit`` more per choice), as the sampl
 from the baselines. The most probable architecture (and the next ``top_k - 1``) is then retrained
 from scratch and scored on the test split; with a time budget the retraining goes on, around the
 best architecture retrained so far, the changes the architecture weights prefer first
-(:class:`DnasSearch`), until ``search.trials`` are trained or the budget is spent. The entropy of every choice, the expected MFLOPs and the temperature are
-logged to a ``supernet`` child run in batches.
+(:class:`DnasSearch`), until ``search.trials`` are trained or the budget is spent. The entropy of
+every choice, the expected MFLOPs and the temperature are logged to a ``supernet`` child run in
+batches.
 """
 
 from __future__ import annotations
@@ -350,12 +351,12 @@ class DnasSearch(PlanProposer):
     learns from what it retrains: each further ask is the next untried one-choice change of the best
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
-    A change that beats its origin becomes the next origin; an origin whose changes are all
-    tried gives way to the next best architecture. Changes may be pruned (``search.pruning``) as
-    evolution's children are; what the supernet chose is trained in full. So the supernet orders the moves and retraining,
-    not the supernet's shared weights, decides which architecture the search moves to: on small
-    data the shared weights favour small paths, and the most probable paths alone were retrained
-    one after another without learning from any of them (README, Measured).
+    A change that beats its origin becomes the next origin; an origin whose changes are all tried
+    gives way to the next best architecture. Changes may be pruned (``search.pruning``) as
+    evolution's children are; what the supernet chose is trained in full. So the supernet orders
+    the moves, and retraining, not the supernet's shared weights, decides where the search moves:
+    on small data the shared weights favour small paths, and the most probable paths alone were
+    retrained one after another without learning from any of them (README, Measured).
 
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
