@@ -368,7 +368,6 @@ class DnasSearch(PlanProposer):
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
                  config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
-        self._scored: dict[str, tuple[float, Architecture]] = {}  # hash -> (objective, arch) trained in the space
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
         self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
         self._climbing = False  # the last ask was a change (see prunable)
@@ -384,17 +383,7 @@ class DnasSearch(PlanProposer):
         super().observe(arch, result)
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
-        return self._score(arch, result)
-
-    def _score(self, arch: Architecture, result: TrialResult) -> bool:
-        if not result.ok or self.space.encode(arch) is None:
-            return False
-        self._scored[arch.hash] = (self.objective(result), arch)
-        return True
-
-    def _ranked(self) -> list[Architecture]:
-        """Trained architectures of the space, best objective first (ties by hash)."""
-        return [a for _, a in sorted(self._scored.values(), key=lambda va: (va[0], va[1].hash))]
+        return self.score(arch, result)
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
@@ -411,7 +400,7 @@ class DnasSearch(PlanProposer):
         steps, warmup = dnas_schedule(cfg, rows, batch_size)
         context.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                      f"at most {steps} steps (architecture steps from step {warmup})")
-        ranked = self._ranked()
+        ranked = self.ranked()
         start = self.space.encode(ranked[0]) if ranked else None
         self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
                                    curves=curves, progress=context.progress, echo=context.echo, start=start)
@@ -439,19 +428,17 @@ class DnasSearch(PlanProposer):
         except SpaceExhausted:
             if self.fill <= self.config.top_k or self.weights is None:
                 raise
-            arch = self._climb()
+            arch = self._climb(self.weights)
             self._climbing = True
         else:
             self._climbing = False
         return arch
 
-    def _climb(self) -> Architecture:
+    def _climb(self, weights: ArchitectureWeights) -> Architecture:
         """The next untried one-choice change of the best trained architecture that has one left."""
-        assert self.weights is not None
         seen = self._done | self._pending | self.trained
-        for origin in self._ranked():
-            path = self.space.encode(origin)
-            for move in self.weights.neighbours(path):
+        for origin in self.ranked():
+            for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
                 except ValueError:
@@ -465,20 +452,16 @@ class DnasSearch(PlanProposer):
 
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         super().tell(arch, result)
-        self._score(arch, result)
+        self.score(arch, result)
 
     def state_dict(self) -> dict[str, Any]:
-        state = {**super().state_dict(),
-                 "scored": [[v, a.to_dict()] for v, a in self._scored.values()]}
+        state = super().state_dict()
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        for value, d in state.get("scored", []):
-            arch = Architecture.from_dict(d)
-            self._scored[arch.hash] = (float(value), arch)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
             with torch.no_grad():

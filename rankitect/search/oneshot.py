@@ -242,22 +242,18 @@ class OneShotSearch(PlanProposer):
     def __init__(self, space: Any, *, seed: int, objective: Objective | None = None,
                  config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
-        self._baselines: list[tuple[float, str, Architecture]] = []  # (objective, hash, arch) of trained baselines
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: evolution on inherited weights starts with it in
         its population (scored like any child), and it is never retrained."""
         super().observe(arch, result)
-        if not result.ok or self.space.encode(arch) is None:
-            return False
-        self._baselines.append((self.objective(result), arch.hash, arch))
-        return True
+        return self.score(arch, result)
 
     def first_population(self) -> list[Architecture]:
         """The observed baselines, worst objective first (ties by hash), whatever order they finished
         in: the same search seeds the same population, and the best baseline is its youngest member,
         the last to age out."""
-        return [arch for _, _, arch in sorted(self._baselines, key=lambda b: (-b[0], b[1]))]
+        return self.ranked(worst_first=True)
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""

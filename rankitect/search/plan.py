@@ -55,6 +55,7 @@ class PlanProposer(Strategy):
         self._done: set[str] = set()  # told, or recorded before a resume
         self._pending: set[str] = set()
         self.trained: set[str] = set()  # hashes of architectures trained outside the plan (baselines)
+        self.scored: dict[str, tuple[float, Architecture]] = {}  # hash -> (objective, arch): see score
         self._echo: Any = print
 
     @property
@@ -71,6 +72,18 @@ class PlanProposer(Strategy):
         """Note a trained baseline: the plan never retrains its architecture (see :meth:`untrained`)."""
         self.trained.add(arch_hash(arch))
         return False
+
+    def score(self, arch: Architecture, result: TrialResult) -> bool:
+        """Keep the objective of a trained architecture the space holds; whether it was kept."""
+        if not result.ok or self.space.encode(arch) is None:
+            return False
+        self.scored[arch.hash] = (self.objective(result), arch)
+        return True
+
+    def ranked(self, worst_first: bool = False) -> list[Architecture]:
+        """The kept architectures (:meth:`score`), best objective first (ties by hash), or worst first."""
+        sign = -1.0 if worst_first else 1.0
+        return [a for _, a in sorted(self.scored.values(), key=lambda va: (sign * va[0], va[1].hash))]
 
     def untrained(self, ranked: list[Architecture], k: int) -> list[Architecture]:
         """The first ``k`` of ``ranked`` (best first) that no baseline is; says which were skipped."""
@@ -112,10 +125,14 @@ class PlanProposer(Strategy):
         self._done.add(h)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "plan": [a.to_dict() for a in self.plan]}
+        return {**super().state_dict(), "plan": [a.to_dict() for a in self.plan],
+                "scored": [[v, a.to_dict()] for v, a in self.scored.values()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from rankitect.space.architecture import Architecture
 
         super().load_state_dict(state)
         self.plan = [Architecture.from_dict(d) for d in state.get("plan", [])]
+        for value, d in state.get("scored", []):
+            arch = Architecture.from_dict(d)
+            self.scored[arch.hash] = (float(value), arch)
