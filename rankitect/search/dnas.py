@@ -352,7 +352,9 @@ class DnasSearch(PlanProposer):
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
     A change that beats its origin becomes the next origin; an origin whose changes are all tried
-    gives way to the next best architecture. Changes may be pruned (``search.pruning``) as
+    gives way to the next best architecture. With a FLOPs target the best at no more than the
+    target takes every other turn, its changes within the target (:meth:`_climb`), so the search
+    also looks for a better model at the target's cost. Changes may be pruned (``search.pruning``) as
     evolution's children are; what the supernet chose is trained in full. So the supernet orders
     the moves, and retraining, not the supernet's shared weights, decides where the search moves:
     on small data the shared weights favour small paths, and the most probable paths alone were
@@ -371,6 +373,9 @@ class DnasSearch(PlanProposer):
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
         self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
         self._climbing = False  # the last ask was a change (see prunable)
+        self._climbs = 0  # changes asked: with a FLOPs target, the fronts take turns (see _climb)
+        self._data: Any = None  # the search's data, for the MFLOPs of a change (set by start)
+        self._mflops: dict[str, float] = {}  # by genotype hash: trained ones' recorded, changes' measured
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -384,6 +389,11 @@ class DnasSearch(PlanProposer):
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
         return self.score(arch, result)
+
+    def score(self, arch: Architecture, result: TrialResult) -> bool:
+        if result.mflops is not None:
+            self._mflops[arch.hash] = result.mflops
+        return super().score(arch, result)
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
@@ -421,6 +431,7 @@ class DnasSearch(PlanProposer):
     def start(self, context: SearchContext) -> None:
         super().start(context)
         self._done |= context.finished  # a resumed search proposes no finished candidate again
+        self._data = context.data
 
     def ask(self) -> Architecture:
         try:
@@ -435,20 +446,58 @@ class DnasSearch(PlanProposer):
         return arch
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
-        """The next untried one-choice change of the best trained architecture that has one left."""
+        """The next untried one-choice change of the best trained architecture that has one left.
+
+        With a FLOPs target (``search.target_mflops``) two fronts take turns: the best by objective,
+        whose changes may cost more than the target (the penalty weighs them), and the best at no
+        more than the target, whose changes stay within it. The objective trades NE for FLOPs and
+        its best often lies above the target; the second front keeps looking for a better model at
+        the target's cost, which is what ``target_mflops: auto`` asks for, and which a search that
+        climbed above the target alone would not look for again. A front with nothing left gives
+        its turn to the other.
+        """
         seen = self._done | self._pending | self.trained
-        for origin in self.ranked():
+        target = self.objective.target_mflops
+        fronts: list[float | None] = [None] if target is None else [None, target]
+        turn = self._climbs % len(fronts)
+        for limit in fronts[turn:] + fronts[:turn]:
+            found = self._change(weights, seen, limit)
+            if found is not None:
+                origin, arch = found
+                self._climbs += 1
+                self._pending.add(arch.hash)
+                within = "" if limit is None else f", at no more than {limit:.4g} MFLOPs"
+                self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")
+                return arch
+        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
+
+    def _change(self, weights: ArchitectureWeights, seen: set[str],
+                limit: float | None) -> tuple[Architecture, Architecture] | None:
+        """``(origin, change)``: the most preferred change not in ``seen`` of the best trained
+        architecture with one left, both at no more than ``limit`` MFLOPs where it is given."""
+        def fits(arch: Architecture) -> bool:
+            return limit is None or self.mflops(arch) <= limit * (1 + 1e-9)
+
+        for origin in filter(fits, self.ranked()):
             for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
                 except ValueError:
                     continue
-                if arch.hash not in seen:
-                    self._pending.add(arch.hash)
-                    self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash})")
-                    return arch
-                seen.add(arch.hash)
-        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
+                if arch.hash not in seen and fits(arch):
+                    return origin, arch
+        return None
+
+    def mflops(self, arch: Architecture) -> float:
+        """MFLOPs per example as the search ranks ``arch``: recorded where it was trained, else
+        measured (:func:`~rankitect.cost.measure`, served at the test split's fan-out where ROCS-masked)."""
+        if arch.hash not in self._mflops:
+            from rankitect.cost import measure
+            from rankitect.search.trial import candidates_per_request
+
+            fan_out = candidates_per_request(self._data) if arch.rocs else None
+            self._mflops[arch.hash] = measure(arch, self._data.spec, fan_out).served_mflops
+        return self._mflops[arch.hash]
 
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         super().tell(arch, result)
@@ -456,12 +505,14 @@ class DnasSearch(PlanProposer):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
+        state["climbs"] = self._climbs
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        self._climbs = int(state.get("climbs", 0))
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
             with torch.no_grad():
