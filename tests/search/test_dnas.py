@@ -412,9 +412,11 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
     assert seen["schedule"][0] == 3 * per_epoch  # median of 2, 6 and 3 epochs
 
 
-def _preferred_change(space, weights: ArchitectureWeights, origin: Architecture, skip: set[str]) -> Architecture:
+def _preferred_change(space, weights: ArchitectureWeights, origin: Architecture, skip: set[str],
+                      keep=lambda arch: True) -> Architecture:
     """By hand: over every one-choice change of ``origin`` (labels it does not read at their most
-    probable option), the one whose option gains most probability over the option it replaces."""
+    probable option) that ``keep`` accepts, the one whose option gains most probability over the
+    option it replaces."""
     probs = {label: np.exp(a.detach().numpy()) / np.exp(a.detach().numpy()).sum()
              for label, a in zip(weights.labels, weights.logits)}
     path = space.encode(origin)
@@ -428,7 +430,7 @@ def _preferred_change(space, weights: ArchitectureWeights, origin: Architecture,
         for i, option in enumerate(space.choices[label].options):
             arch = space.decode({**base, label: option})
             g = np.log(probs[label][i]) - np.log(probs[label][here])
-            if i != here and arch.hash not in skip and arch.hash != origin.hash and g > gain:
+            if i != here and arch.hash not in skip and arch.hash != origin.hash and g > gain and keep(arch):
                 best, gain = arch, g
     return best
 
@@ -484,3 +486,67 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     resumed.load_state_dict(state)
     resumed.start(replace(context, finished={argmax.hash, first.hash, second.hash}))
     assert resumed.ask() == third  # no supernet again, nothing finished proposed again
+
+
+def test_with_a_flops_target_the_climb_takes_turns_with_the_best_within_the_target(data: ClickData,
+                                                                                   monkeypatch) -> None:
+    """With ``target_mflops`` the changes alternate: around the best by objective (here above the
+    target), then around the best at no more than the target, whose changes stay within it, although
+    the change the weights prefer most costs more."""
+    from rankitect.search.base import SearchContext, TrialResult
+    from rankitect.search.dnas import DnasSearch
+
+    space = three_slots()
+
+    def mflops(arch: Architecture) -> float:  # the analytic count trials are ranked by
+        return cost(arch, data.spec).flops / 1e6
+
+    baseline = space.decode(space.sample(np.random.default_rng(1)))
+    for seed in range(100):  # weights under which the baseline's preferred change costs more than it
+        weights = ArchitectureWeights(space)
+        with torch.no_grad():
+            for i, a in enumerate(weights.logits):
+                a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(1000 * seed + i)))
+        argmax = space.decode(weights.argmax())
+        preferred = _preferred_change(space, weights, baseline, {baseline.hash, argmax.hash})
+        if argmax != baseline and mflops(preferred) > mflops(baseline):
+            break
+    else:
+        pytest.fail("no weights whose preferred change of the baseline costs more")
+    target = mflops(baseline)
+    rng = np.random.default_rng(5)
+    big = next(a for a in (space.decode(space.sample(rng)) for _ in range(1000))
+               if mflops(a) > target and a.hash not in {baseline.hash, argmax.hash, preferred.hash})
+    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: weights)
+    context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
+                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+    objective = Objective(target_mflops=target)
+    strategy = DnasSearch(space, seed=0, objective=objective, fill=10)
+    strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=target))
+    strategy.observe(big, TrialResult(val_ne=0.5, mflops=mflops(big)))  # the best by objective, above the target
+    strategy.start(context)
+    assert strategy.ask() == argmax
+    strategy.tell(argmax, TrialResult(val_ne=0.95, mflops=mflops(argmax)))  # worse than both
+    seen = {baseline.hash, big.hash, argmax.hash}
+
+    def within(arch: Architecture) -> bool:
+        return mflops(arch) <= target
+
+    first = strategy.ask()
+    assert first == _preferred_change(space, weights, big, seen)
+    seen.add(first.hash)
+    second = strategy.ask()
+    assert second == _preferred_change(space, weights, baseline, seen, keep=within) != preferred
+    assert within(second) and strategy.prunable
+    seen.add(second.hash)
+    strategy.tell(first, TrialResult(val_ne=0.9, mflops=mflops(first)))
+    strategy.tell(second, TrialResult(val_ne=0.7, mflops=mflops(second)))  # beats the baseline within the target
+    state = json.loads(json.dumps(strategy.state_dict()))
+    third, fourth = strategy.ask(), strategy.ask()
+    assert third == _preferred_change(space, weights, big, seen)
+    assert fourth == _preferred_change(space, weights, second, seen | {third.hash}, keep=within) and within(fourth)
+
+    resumed = DnasSearch(space, seed=0, objective=objective, fill=10)
+    resumed.load_state_dict(state)
+    resumed.start(replace(context, finished=seen))
+    assert (resumed.ask(), resumed.ask()) == (third, fourth)  # the turns go on where they were
