@@ -430,6 +430,9 @@ class SearchRunner:
             table, best, choice = self._pareto()
             if choice is not None:
                 self.echo(choice.line(self.cfg.search.min_gain_se))
+                within = self._within_target(choice)
+                if within is not None:
+                    self.echo(within)
             table.to_csv(self.out_dir / "pareto.csv", index=False)
             if best is not None:
                 (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
@@ -464,6 +467,19 @@ class SearchRunner:
             return mflops is not None and mflops <= max_mflops * (1 + 1e-9)
 
         return self._choose([t for t in self._all_trials() if within(t)])
+
+    def _within_target(self, choice: Choice) -> str | None:
+        """Where the winner costs more than ``search.target_mflops``: a line naming the winner
+        under a hard cap at the target (:meth:`winner_within`), the Pareto table's other answer."""
+        target, won = self.objective.target_mflops, choice.winner.result
+        if target is None or won.mflops is None or won.mflops <= target * (1 + 1e-9):
+            return None
+        within = self.winner_within(target)
+        if within is None:
+            return None
+        w = within.winner
+        return (f"at no more than target_mflops ({target:.4f} MFLOPs): {w.kind} {w.name}, "
+                f"val/ne {w.result.val_ne:.4f} at {w.result.mflops:.4f} MFLOPs")
 
     def _pareto(self) -> tuple[pd.DataFrame, Architecture | None, Choice | None]:
         """The Pareto table of every finished trial (all processes' with shared storage), its winner

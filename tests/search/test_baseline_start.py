@@ -13,6 +13,7 @@ from rankitect.search import _optuna
 from rankitect.search.shared import takes_budget
 from rankitect.search.objective import Objective
 from rankitect.search.runner import SearchRunner
+from rankitect.search.selection import Choice, Entrant
 from rankitect.space import get_space
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.testing import tiny_spec
@@ -118,3 +119,17 @@ def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_pat
         doublings = max(0.0, math.log2(won.mflops / best["mflops"]))
         assert won.val_ne * (1 + 0.01 * doublings) == pytest.approx(fits["objective"].min())
     assert runner.winner_within(0.5 * ok["mflops"].min()) is None
+    capped = [line for line in lines if line.startswith("at no more than target_mflops")]
+    if table.loc[table["winner"], "mflops"].item() > best["mflops"]:  # the output names the pick under the cap too
+        assert len(capped) == 1 and runner.winner_within(best["mflops"]).winner.name in capped[0]
+    else:
+        assert not capped
+    # a winner above a target: the line names the pick under the cap; at or below it, no line
+    cheapest, dearest = (ok.loc[i] for i in (ok["mflops"].idxmin(), ok["mflops"].idxmax()))
+    runner.objective = runner.objective.with_target(float(cheapest["mflops"]))
+    line = runner._within_target(Choice(Entrant(dearest["name"], dearest["kind"], TrialResult(
+        val_ne=dearest["val_ne"], mflops=dearest["mflops"]))))
+    assert line.startswith(f"at no more than target_mflops ({cheapest['mflops']:.4f} MFLOPs): ")
+    assert runner.winner_within(float(cheapest["mflops"])).winner.name in line
+    assert runner._within_target(Choice(Entrant(cheapest["name"], cheapest["kind"], TrialResult(
+        val_ne=cheapest["val_ne"], mflops=cheapest["mflops"])))) is None
