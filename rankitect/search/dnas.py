@@ -442,7 +442,7 @@ class DnasSearch(PlanProposer):
             arch = self._climb(self.weights)
             self._climbing = True
         else:
-            self._climbing = False
+            self._climbing, self.origin = False, None
         return arch
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
@@ -464,7 +464,7 @@ class DnasSearch(PlanProposer):
             found = self._change(weights, seen, limit)
             if found is not None:
                 origin, arch = found
-                self._climbs += 1
+                self._climbs, self.origin = self._climbs + 1, origin
                 self._pending.add(arch.hash)
                 within = "" if limit is None else f", at no more than {limit:.4g} MFLOPs"
                 self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")

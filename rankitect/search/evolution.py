@@ -70,9 +70,11 @@ class RegularizedEvolution(Strategy):
             finished, seen = self.history.finished(), self.history.seen()
             found = None
             members = [r for r in finished if math.isfinite(r.value)][-self.population:]
+            self.origin = None
             if len(finished) >= self.population and members:
                 found = self._mutate_new(members, seen)
             if found is None:
+                self.origin = None
                 found = sample_new(self.space, self.rng, seen, self.max_retries)
             arch, h, sample = found
             if self.history.start(h, sample):
@@ -97,6 +99,7 @@ class RegularizedEvolution(Strategy):
             child = self.space.mutate(parent, self.rng, num_mutations=self.num_mutations)
             h = arch_hash(child)
             if h not in seen:
+                self.origin = parent
                 return child, h, self._encode(child, h)
         return None
 

@@ -533,11 +533,11 @@ def test_with_a_flops_target_the_climb_takes_turns_with_the_best_within_the_targ
         return mflops(arch) <= target
 
     first = strategy.ask()
-    assert first == _preferred_change(space, weights, big, seen)
+    assert first == _preferred_change(space, weights, big, seen) and strategy.origin == big
     seen.add(first.hash)
     second = strategy.ask()
     assert second == _preferred_change(space, weights, baseline, seen, keep=within) != preferred
-    assert within(second) and strategy.prunable
+    assert within(second) and strategy.prunable and strategy.origin == baseline  # judged against it when pruned
     seen.add(second.hash)
     strategy.tell(first, TrialResult(val_ne=0.9, mflops=mflops(first)))
     strategy.tell(second, TrialResult(val_ne=0.7, mflops=mflops(second)))  # beats the baseline within the target
