@@ -70,11 +70,10 @@ class RegularizedEvolution(Strategy):
             finished, seen = self.history.finished(), self.history.seen()
             found = None
             members = [r for r in finished if math.isfinite(r.value)][-self.population:]
-            self.origin = None
+            self.origin = None  # a new sample; _mutate_new sets the parent of a child
             if len(finished) >= self.population and members:
                 found = self._mutate_new(members, seen)
             if found is None:
-                self.origin = None
                 found = sample_new(self.space, self.rng, seen, self.max_retries)
             arch, h, sample = found
             if self.history.start(h, sample):
