@@ -17,7 +17,9 @@ rejected. Once ``population`` trials have finished in any state, the tournament 
 
 Baselines the runner trained first are *observed* (:meth:`RegularizedEvolution.observe`): they enter
 the history as finished members, so the random initial population is that much smaller and the
-first tournaments already mutate the best hand-built model.
+first tournaments already mutate the best hand-built model. A child's parent is its ``origin``: with
+pruning on, a child is stopped early only when it is also behind its parent at the same validation
+(:mod:`rankitect.search.pruning`).
 """
 
 from __future__ import annotations
