@@ -24,7 +24,9 @@ and found less (README, Search quality).
 A candidate that is a change of a trained model (an evolution child of its tournament's winner, a
 ``dnas`` change of its origin: the strategy's ``origin``) is stopped only when it is also behind
 that model at the same validation (its best so far there, the last one carried on past the end of
-its curve): successive halving assumes that early ranks across architectures predict final ones,
+its curve) by more than ``search.pruning_origin_margin`` (relative NE, default 0.5%: the spread of
+one model's validation NE over seeds, a few tenths of a percent, so that a change that runs level
+with its origin is not stopped by noise): successive halving assumes that early ranks across architectures predict final ones,
 which fails across families (an attention stack that starts last and ends first), while a one-choice
 change starts much as the model it changes does. So the changes of a slow-starting model are
 judged against it, not stopped at the first rung with everything that starts slowly, and a change
@@ -71,7 +73,8 @@ class RungTicket:
         prune: ``False`` for baselines (they report, and are never stopped).
         rule: ``"asha"`` (one bracket) or ``"hyperband"`` (brackets of later first rungs).
         origin: the curve of the model this one changes, ``(validation, best NE so far)`` pairs in
-            order (empty: none); a trial at least as good as it at a validation is not stopped there.
+            order (empty: none); a trial as good as it at a validation, within ``origin_margin``
+            (relative NE), is not stopped there.
     """
 
     storage: str
@@ -82,17 +85,21 @@ class RungTicket:
     prune: bool = True
     rule: str = "asha"
     origin: tuple[tuple[int, float], ...] = ()
+    origin_margin: float = 0.0
 
     def keeps_up(self, index: int, ne: float) -> bool:
         """Whether ``ne`` at validation ``index`` is no worse than the origin's there (its last value
-        past the end of its curve; ``False`` without an origin or before its first validation).
+        past the end of its curve) times ``1 + origin_margin``; ``False`` without an origin or before
+        its first validation.
 
         >>> t = RungTicket("journal:x", "rungs", 0, 3, 1, origin=((1, 0.70), (2, 0.60)))
         >>> t.keeps_up(1, 0.69), t.keeps_up(2, 0.61), t.keeps_up(5, 0.60), RungTicket("journal:x", "rungs", 0, 3, 1).keeps_up(1, 0.1)
         (True, False, True, False)
+        >>> RungTicket("journal:x", "rungs", 0, 3, 1, origin=t.origin, origin_margin=0.02).keeps_up(2, 0.61)  # within 2%
+        True
         """
         there = [value for k, value in self.origin if k <= index]
-        return bool(there) and ne <= there[-1]
+        return bool(there) and ne <= there[-1] * (1 + self.origin_margin)
 
     def reporter(self) -> Reporter:
         return Reporter(self)
@@ -209,12 +216,13 @@ class Rungs:
         storage: the search's shared storage URL, or ``None`` for a journal file at ``journal``.
         study_name: the shared study's name (the rung study is ``study_name + ".rungs"``).
         journal: the journal file used without shared storage.
-        reduction, min_validations, rule: see :class:`RungTicket`; ``min_validations="auto"`` (asha
-            only; hyperband takes 1) is 1 until :meth:`calibrate` places it from the baselines.
+        reduction, min_validations, rule, origin_margin: see :class:`RungTicket`;
+            ``min_validations="auto"`` (asha only; hyperband takes 1) is 1 until :meth:`calibrate`
+            places it from the baselines.
     """
 
     def __init__(self, storage: str | None, study_name: str | None, journal: Path, *, reduction: int,
-                 min_validations: int | str, rule: str = "asha") -> None:
+                 min_validations: int | str, rule: str = "asha", origin_margin: float = 0.0) -> None:
         self.auto = min_validations == "auto"
         if self.auto:
             min_validations = 1
@@ -225,6 +233,7 @@ class Rungs:
             raise ValueError(f"pruning rule must be one of {RULES}, got {rule!r}")
         self.auto = self.auto and rule == "asha"
         self.reduction, self.min_validations, self.rule = reduction, min_validations, rule
+        self.origin_margin = origin_margin
         if storage is None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             self.location, self.study_name = f"journal:{journal}", "rungs"
@@ -246,7 +255,7 @@ class Rungs:
             trial.set_user_attr(BASELINE_ATTR, True)
         self._numbers[trial._trial_id] = trial.number
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
-                          self.rule, tuple(sorted(curve.items())))
+                          self.rule, tuple(sorted(curve.items())), self.origin_margin)
 
     def curve(self, name: str) -> dict[int, float]:
         """The reported curve (validation index to best NE so far) of the last finished trial named

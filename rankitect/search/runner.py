@@ -188,7 +188,7 @@ class SearchRunner:
         if search.pruning != "none":
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
                                reduction=search.pruning_reduction, min_validations=search.pruning_min_validations,
-                               rule=search.pruning)
+                               rule=search.pruning, origin_margin=search.pruning_origin_margin)
 
     def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture, *,
                 prune: bool, origin: str | None = None) -> Future:

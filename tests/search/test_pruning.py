@@ -185,6 +185,10 @@ def test_a_change_that_keeps_up_with_its_origin_is_not_stopped(tmp_path: Path) -
     late(9, 0.64)  # past the end of fast's curve: judged against its last value, 0.64
     with pytest.raises(TrialPruned, match="behind the model it changes"):
         rungs.ticket("behind", origin="slow").reporter()(1, 0.91)
+    lenient = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=1, origin_margin=0.02)
+    lenient.ticket("level", origin="slow").reporter()(1, 0.91)  # within 2% of slow's 0.9
+    with pytest.raises(TrialPruned, match="behind the model it changes"):
+        lenient.ticket("behind", origin="slow").reporter()(1, 0.92)  # 2.2% behind
 
 
 @pytest.mark.parametrize("children", ["alongside", "behind"])
@@ -195,8 +199,8 @@ def test_evolution_children_of_a_slow_starting_baseline_are_judged_against_it(en
     with dlrm's curve, where plain successive halving would stop them all (the random strategy's
     candidates above), and stopped when they fall behind it."""
     slow, fast = [0.9, 0.6, 0.4], [0.7, 0.65, 0.64]
-    sign = -1 if children == "alongside" else 1
-    like_slow = [[0.9 + sign * 0.001 * (i + 1), 0.6 - 0.01 * i, 0.4] for i in range(8)]
+    step = -0.001 if children == "alongside" else 0.01  # behind: 1.1% to 8% (the margin is 0.5%)
+    like_slow = [[0.9 + step * (i + 1), 0.6 - 0.01 * i, 0.4] for i in range(8)]
     monkeypatch.setattr(protocol, "accumulate", PlantedCurves([slow, fast, *like_slow]))
     cfg = load_config(overrides=[*TINY, "search.strategy=evolution", "search.evolution.population=2",
                                  "search.evolution.sample_size=2", "search.trials=2",
