@@ -352,9 +352,9 @@ class DnasSearch(PlanProposer):
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
     A change that beats its origin becomes the next origin; an origin whose changes are all tried
-    gives way to the next best architecture. With a FLOPs target the best at no more than the
-    target takes every other turn, its changes within the target (:meth:`_climb`), so the search
-    also looks for a better model at the target's cost. Changes may be pruned (``search.pruning``) as
+    gives way to the next best architecture. With a FLOPs target every other change costs no more
+    than the target (:meth:`_climb`), so the search also looks for a better model at the target's
+    cost. Changes may be pruned (``search.pruning``) as
     evolution's children are; what the supernet chose is trained in full. So the supernet orders
     the moves, and retraining, not the supernet's shared weights, decides where the search moves:
     on small data the shared weights favour small paths, and the most probable paths alone were
@@ -375,7 +375,7 @@ class DnasSearch(PlanProposer):
         self._climbing = False  # the last ask was a change (see prunable)
         self._climbs = 0  # changes asked: with a FLOPs target, the fronts take turns (see _climb)
         self._data: Any = None  # the search's data, for the MFLOPs of a change (set by start)
-        self._mflops: dict[str, float] = {}  # by genotype hash: trained ones' recorded, changes' measured
+        self._mflops: dict[str, float] = {}  # of changes considered, by genotype hash
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -389,11 +389,6 @@ class DnasSearch(PlanProposer):
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
         return self.score(arch, result)
-
-    def score(self, arch: Architecture, result: TrialResult) -> bool:
-        if result.mflops is not None:
-            self._mflops[arch.hash] = result.mflops
-        return super().score(arch, result)
 
     def search(self, context: SearchContext) -> list[Architecture]:
         """Train the supernet and its architecture weights; the ``top_k`` most probable paths."""
@@ -448,13 +443,13 @@ class DnasSearch(PlanProposer):
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
         """The next untried one-choice change of the best trained architecture that has one left.
 
-        With a FLOPs target (``search.target_mflops``) two fronts take turns: the best by objective,
-        whose changes may cost more than the target (the penalty weighs them), and the best at no
-        more than the target, whose changes stay within it. The objective trades NE for FLOPs and
-        its best often lies above the target; the second front keeps looking for a better model at
-        the target's cost, which is what ``target_mflops: auto`` asks for, and which a search that
-        climbed above the target alone would not look for again. A front with nothing left gives
-        its turn to the other.
+        With a FLOPs target (``search.target_mflops``) two kinds of change take turns: any change
+        (the penalty weighs what it costs), and a change that costs no more than the target, of the
+        best architecture that has one left, whatever that one costs. The objective trades NE for
+        FLOPs and its best often lies above the target; the second kind keeps looking for a better
+        model at the target's cost, which is what ``target_mflops: auto`` asks for, from the best
+        models found so far (a narrower layer of a model above the target, a new block of one
+        below it). A kind with nothing left gives its turn to the other.
         """
         seen = self._done | self._pending | self.trained
         target = self.objective.target_mflops
@@ -474,23 +469,20 @@ class DnasSearch(PlanProposer):
     def _change(self, weights: ArchitectureWeights, seen: set[str],
                 limit: float | None) -> tuple[Architecture, Architecture] | None:
         """``(origin, change)``: the most preferred change not in ``seen`` of the best trained
-        architecture with one left, both at no more than ``limit`` MFLOPs where it is given."""
-        def fits(arch: Architecture) -> bool:
-            return limit is None or self.mflops(arch) <= limit * (1 + 1e-9)
-
-        for origin in filter(fits, self.ranked()):
+        architecture with one left, the change at no more than ``limit`` MFLOPs where it is given."""
+        for origin in self.ranked():
             for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
                 except ValueError:
                     continue
-                if arch.hash not in seen and fits(arch):
+                if arch.hash not in seen and (limit is None or self.mflops(arch) <= limit * (1 + 1e-9)):
                     return origin, arch
         return None
 
     def mflops(self, arch: Architecture) -> float:
-        """MFLOPs per example as the search ranks ``arch``: recorded where it was trained, else
-        measured (:func:`~rankitect.cost.measure`, served at the test split's fan-out where ROCS-masked)."""
+        """MFLOPs per example as the search ranks ``arch`` (:func:`~rankitect.cost.measure`, served
+        at the test split's fan-out where ROCS-masked), once per architecture."""
         if arch.hash not in self._mflops:
             from rankitect.cost import measure
             from rankitect.search.trial import candidates_per_request
