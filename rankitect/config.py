@@ -131,7 +131,6 @@ class SearchConfig:
     pruning: Literal["asha", "hyperband", "none"] = "asha"  # stop unpromising candidates early: successive halving; hyperband: brackets of later first rungs
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
     pruning_min_validations: int | Literal["auto"] = 1  # validations before a candidate may first be pruned (rungs at this x reduction^k); auto: the earliest first rung that would have kept the best baseline
-    pruning_origin_margin: float = 0.005  # a change of a trained model is not stopped while its validation NE is within this fraction of that model's at the same validation
     penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|
     penalty_weight: float = 0.01  # w: relative NE cost per doubling of FLOPs beyond the target
     min_gain_se: float = 1.0  # a candidate beats the best baseline only by more than this many paired standard errors of validation; 0: lowest objective wins
@@ -212,7 +211,6 @@ RANGES: dict[str, Range] = {
     "search.trials": AT_LEAST_1, "search.seed": AT_LEAST_0, "search.target_mflops": POSITIVE,
     "search.time_budget": POSITIVE,  # in seconds; a string ("90m") is checked by search.budget.parse_duration
     "search.pruning_reduction": Range(2), "search.pruning_min_validations": AT_LEAST_1,
-    "search.pruning_origin_margin": AT_LEAST_0,
     "search.penalty_weight": AT_LEAST_0, "search.min_gain_se": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
     "search.evolution.population": AT_LEAST_1, "search.evolution.sample_size": AT_LEAST_1,
     "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.epochs": POSITIVE,

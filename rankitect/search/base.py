@@ -210,7 +210,6 @@ class Proposer(Protocol):
     name: str
     objective: Objective
     prunable: bool
-    origin: Architecture | None
 
     def start(self, context: SearchContext) -> None: ...
 
@@ -240,9 +239,6 @@ class Strategy(ABC):
 
     name: ClassVar[str]
     prunable: ClassVar[bool] = True  # its candidates may be stopped early by successive halving
-    # The trained architecture the last ask changed (a mutation's parent), None for a new one: a
-    # change is stopped early only when it is also behind its origin (rankitect.search.pruning).
-    origin: Architecture | None = None
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None) -> None:
         self.space = space

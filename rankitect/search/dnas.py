@@ -437,7 +437,7 @@ class DnasSearch(PlanProposer):
             arch = self._climb(self.weights)
             self._climbing = True
         else:
-            self._climbing, self.origin = False, None
+            self._climbing = False
         return arch
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
@@ -459,7 +459,7 @@ class DnasSearch(PlanProposer):
             found = self._change(weights, seen, limit)
             if found is not None:
                 origin, arch = found
-                self._climbs, self.origin = self._climbs + 1, origin
+                self._climbs += 1
                 self._pending.add(arch.hash)
                 within = "" if limit is None else f", at no more than {limit:.4g} MFLOPs"
                 self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")

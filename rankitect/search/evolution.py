@@ -17,9 +17,7 @@ rejected. Once ``population`` trials have finished in any state, the tournament 
 
 Baselines the runner trained first are *observed* (:meth:`RegularizedEvolution.observe`): they enter
 the history as finished members, so the random initial population is that much smaller and the
-first tournaments already mutate the best hand-built model. A child's parent is its ``origin``: with
-pruning on, a child is stopped early only when it is also behind its parent at the same validation
-(:mod:`rankitect.search.pruning`).
+first tournaments already mutate the best hand-built model.
 """
 
 from __future__ import annotations
@@ -72,7 +70,6 @@ class RegularizedEvolution(Strategy):
             finished, seen = self.history.finished(), self.history.seen()
             found = None
             members = [r for r in finished if math.isfinite(r.value)][-self.population:]
-            self.origin = None  # a new sample; _mutate_new sets the parent of a child
             if len(finished) >= self.population and members:
                 found = self._mutate_new(members, seen)
             if found is None:
@@ -100,7 +97,6 @@ class RegularizedEvolution(Strategy):
             child = self.space.mutate(parent, self.rng, num_mutations=self.num_mutations)
             h = arch_hash(child)
             if h not in seen:
-                self.origin = parent
                 return child, h, self._encode(child, h)
         return None
 

@@ -21,17 +21,6 @@ the first rung stays at one validation. It is not the default: on adult.csv it p
 at 7 to 11 validations, and a 15-minute evolution search then trained 20 candidates instead of 87
 and found less (README, Search quality).
 
-A candidate that is a change of a trained model (an evolution child of its tournament's winner, a
-``dnas`` change of its origin: the strategy's ``origin``) is stopped only when it is also behind
-that model at the same validation (its best so far there, the last one carried on past the end of
-its curve) by more than ``search.pruning_origin_margin`` (relative NE, default 0.5%: the spread of
-one model's validation NE over seeds, a few tenths of a percent, so that a change that runs level
-with its origin is not stopped by noise): successive halving assumes that early ranks across architectures predict final ones,
-which fails across families (an attention stack that starts last and ends first), while a one-choice
-change starts much as the model it changes does. So the changes of a slow-starting model are
-judged against it, not stopped at the first rung with everything that starts slowly, and a change
-that falls behind its own origin is stopped by the rung as before.
-
 ``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
 2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
 one of several brackets, bracket ``s`` runs the same successive halving with its first rung at
@@ -72,9 +61,6 @@ class RungTicket:
         reduction, min_validations: the successive-halving rule.
         prune: ``False`` for baselines (they report, and are never stopped).
         rule: ``"asha"`` (one bracket) or ``"hyperband"`` (brackets of later first rungs).
-        origin: the curve of the model this one changes, ``(validation, best NE so far)`` pairs in
-            order (empty: none); a trial as good as it at a validation, within ``origin_margin``
-            (relative NE), is not stopped there.
     """
 
     storage: str
@@ -84,22 +70,6 @@ class RungTicket:
     min_validations: int
     prune: bool = True
     rule: str = "asha"
-    origin: tuple[tuple[int, float], ...] = ()
-    origin_margin: float = 0.0
-
-    def keeps_up(self, index: int, ne: float) -> bool:
-        """Whether ``ne`` at validation ``index`` is no worse than the origin's there (its last value
-        past the end of its curve) times ``1 + origin_margin``; ``False`` without an origin or before
-        its first validation.
-
-        >>> t = RungTicket("journal:x", "rungs", 0, 3, 1, origin=((1, 0.70), (2, 0.60)))
-        >>> t.keeps_up(1, 0.69), t.keeps_up(2, 0.61), t.keeps_up(5, 0.60), RungTicket("journal:x", "rungs", 0, 3, 1).keeps_up(1, 0.1)
-        (True, False, True, False)
-        >>> RungTicket("journal:x", "rungs", 0, 3, 1, origin=t.origin, origin_margin=0.02).keeps_up(2, 0.61)  # within 2%
-        True
-        """
-        there = [value for k, value in self.origin if k <= index]
-        return bool(there) and ne <= there[-1] * (1 + self.origin_margin)
 
     def reporter(self) -> Reporter:
         return Reporter(self)
@@ -192,11 +162,9 @@ class Reporter:
         from rankitect.train.task import TrialPruned
 
         self.trial.report(ne, step=index)  # the protocol reports finite NEs only (else it diverged)
-        t = self.ticket
-        if t.prune and not final and self._stops(index, ne) and not t.keeps_up(index, ne):
-            behind = " and behind the model it changes" if t.origin else ""
+        if self._stops(index, ne) and self.ticket.prune and not final:
             raise TrialPruned(f"pruned after validation {index}: validation NE {ne:.4f} is not among the best "
-                              f"1/{t.reduction} at that point{behind}")
+                              f"1/{self.ticket.reduction} at that point")
 
     def _stops(self, index: int, ne: float) -> bool:
         t = self.ticket
@@ -216,13 +184,12 @@ class Rungs:
         storage: the search's shared storage URL, or ``None`` for a journal file at ``journal``.
         study_name: the shared study's name (the rung study is ``study_name + ".rungs"``).
         journal: the journal file used without shared storage.
-        reduction, min_validations, rule, origin_margin: see :class:`RungTicket`;
-            ``min_validations="auto"`` (asha only; hyperband takes 1) is 1 until :meth:`calibrate`
-            places it from the baselines.
+        reduction, min_validations, rule: see :class:`RungTicket`; ``min_validations="auto"`` (asha
+            only; hyperband takes 1) is 1 until :meth:`calibrate` places it from the baselines.
     """
 
     def __init__(self, storage: str | None, study_name: str | None, journal: Path, *, reduction: int,
-                 min_validations: int | str, rule: str = "asha", origin_margin: float = 0.0) -> None:
+                 min_validations: int | str, rule: str = "asha") -> None:
         self.auto = min_validations == "auto"
         if self.auto:
             min_validations = 1
@@ -233,7 +200,6 @@ class Rungs:
             raise ValueError(f"pruning rule must be one of {RULES}, got {rule!r}")
         self.auto = self.auto and rule == "asha"
         self.reduction, self.min_validations, self.rule = reduction, min_validations, rule
-        self.origin_margin = origin_margin
         if storage is None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             self.location, self.study_name = f"journal:{journal}", "rungs"
@@ -245,27 +211,15 @@ class Rungs:
             self.study = SharedStudy(storage, self.study_name).open(["minimize"])
         self._numbers: dict[int, int] = {}  # trial id -> number
 
-    def ticket(self, name: str, *, prune: bool = True, origin: str | None = None) -> RungTicket:
-        """A new RUNNING trial for the training of ``name``, judged beside the finished curve of the
-        trial named ``origin`` where it has one (see :attr:`RungTicket.origin`)."""
-        curve = self.curve(origin) if origin is not None else {}
+    def ticket(self, name: str, *, prune: bool = True) -> RungTicket:
+        """A new RUNNING trial for the training of ``name``."""
         trial = self.study.ask()
         trial.set_user_attr("name", name)
         if not prune:
             trial.set_user_attr(BASELINE_ATTR, True)
         self._numbers[trial._trial_id] = trial.number
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
-                          self.rule, tuple(sorted(curve.items())), self.origin_margin)
-
-    def curve(self, name: str) -> dict[int, float]:
-        """The reported curve (validation index to best NE so far) of the last finished trial named
-        ``name``; empty where none finished."""
-        done = [t for t in self._finished() if t.user_attrs.get("name") == name]
-        return {int(k): float(v) for k, v in done[-1].intermediate_values.items()} if done else {}
-
-    def _finished(self) -> list[Any]:
-        states = (_optuna.import_optuna().trial.TrialState.COMPLETE,)
-        return self.study.get_trials(deepcopy=False, states=states)
+                          self.rule)
 
     def calibrate(self) -> tuple[int, str] | None:
         """With ``min_validations="auto"``: place the first rung by :func:`first_rung` over the curves of
@@ -274,8 +228,8 @@ class Rungs:
         or no finished baseline, which leaves it at 1)."""
         if not self.auto:
             return None
-        done = [t for t in self._finished() if t.user_attrs.get(BASELINE_ATTR) and t.intermediate_values
-                and t.value is not None]
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(_optuna.import_optuna().trial.TrialState.COMPLETE,))
+                if t.user_attrs.get(BASELINE_ATTR) and t.intermediate_values and t.value is not None]
         if not done:
             return None
         curves = {str(t.number): dict(t.intermediate_values) for t in done}

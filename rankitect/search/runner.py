@@ -188,27 +188,18 @@ class SearchRunner:
         if search.pruning != "none":
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
                                reduction=search.pruning_reduction, min_validations=search.pruning_min_validations,
-                               rule=search.pruning, origin_margin=search.pruning_origin_margin)
+                               rule=search.pruning)
 
     def _submit(self, runner: InlineRunner | TrialPool, kind: str, name: str, arch: Architecture, *,
-                prune: bool, origin: str | None = None) -> Future:
-        """Start training ``arch`` (reporting to the rung study, where pruning is on, judged beside
-        the trial named ``origin`` where it is a change of one), noting it as running until
-        :meth:`_record` writes it."""
+                prune: bool) -> Future:
+        """Start training ``arch`` (reporting to the rung study, where pruning is on), noting it as
+        running until :meth:`_record` writes it."""
         self.running[name] = (kind, arch)
-        ticket = self.rungs.ticket(name, prune=prune, origin=origin) if self.rungs is not None else None
+        ticket = self.rungs.ticket(name, prune=prune) if self.rungs is not None else None
         self.progress.started(name)
         future = runner.submit(arch, self.train_cfg, self._weights_path(name), ticket)
         self._tickets[future] = ticket
         return future
-
-    def _trial_name(self, arch: Architecture | None) -> str | None:
-        """The name ``arch`` was trained under in this search: a baseline's name, or its hash."""
-        if arch is None:
-            return None
-        h = arch_hash(arch)
-        return next((t.name for t in self._all_trials() if t.kind == "baseline"
-                     and Architecture.from_dict(t.arch).hash == h), h)
 
     def _output(self, future: Future) -> TrialOutput:
         """A finished future's output; its rung-study trial is closed with the result."""
@@ -294,8 +285,7 @@ class SearchRunner:
                 if not self._within_shared_budget(arch):
                     exhausted = True  # another process took the last trial at the same moment
                     break
-                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=self.strategy.prunable,
-                                     origin=self._trial_name(self.strategy.origin))] = arch
+                pending[self._submit(runner, "candidate", arch_hash(arch), arch, prune=self.strategy.prunable)] = arch
             if not pending:
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)

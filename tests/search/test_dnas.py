@@ -536,11 +536,11 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     seen = {baseline.hash, big.hash, argmax.hash}
 
     first = strategy.ask()
-    assert first == _preferred_change(space, weights, big, seen) and not within(first) and strategy.origin == big
+    assert first == _preferred_change(space, weights, big, seen) and not within(first)
     seen.add(first.hash)
     second = strategy.ask()
     assert second == _preferred_change(space, weights, big, seen, keep=within)  # cheaper than its origin
-    assert within(second) and strategy.prunable and strategy.origin == big  # judged against it when pruned
+    assert within(second) and strategy.prunable
     seen.add(second.hash)
     strategy.tell(first, TrialResult(val_ne=0.9, mflops=mflops(first)))
     strategy.tell(second, TrialResult(val_ne=0.45, mflops=mflops(second)))  # the best now, within the target

@@ -161,56 +161,6 @@ def test_auto_first_rung_keeps_what_resembles_a_slow_starting_best_baseline(env,
         assert not any("first rung" in line for line in lines)
 
 
-def test_a_change_that_keeps_up_with_its_origin_is_not_stopped(tmp_path: Path) -> None:
-    """Successive halving would stop a trial worse than the best third at a rung; a trial whose
-    origin is given is kept there while it is no worse than the origin's curve at that validation
-    (its last value past its end), and stopped once it falls behind."""
-    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=1)
-    for name, curve in (("slow", [0.9, 0.6, 0.4]), ("fast", [0.7, 0.65, 0.64])):
-        ticket = rungs.ticket(name, prune=False)
-        report = ticket.reporter()
-        for k, ne in enumerate(curve, 1):
-            report(k, ne)
-        rungs.close(ticket, TrialResult(val_ne=curve[-1], mflops=1.0))
-    assert rungs.curve("slow") == {1: 0.9, 2: 0.6, 3: 0.4} and rungs.curve("nobody") == {}
-    with pytest.raises(TrialPruned):  # no origin: 0.89 is not the best of [0.9, 0.7, 0.89] at rung 1
-        rungs.ticket("alone").reporter()(1, 0.89)
-    alongside = rungs.ticket("alongside", origin="slow").reporter()
-    alongside(1, 0.89)  # kept: no worse than slow's 0.9 there
-    with pytest.raises(TrialPruned, match="behind the model it changes"):
-        alongside(3, 0.45)  # rung 3: behind slow's 0.4, and not the best third
-    late = rungs.ticket("late", origin="fast").reporter()
-    late(1, 0.7)
-    late(3, 0.64)
-    late(9, 0.64)  # past the end of fast's curve: judged against its last value, 0.64
-    with pytest.raises(TrialPruned, match="behind the model it changes"):
-        rungs.ticket("behind", origin="slow").reporter()(1, 0.91)
-    lenient = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=1, origin_margin=0.02)
-    lenient.ticket("level", origin="slow").reporter()(1, 0.91)  # within 2% of slow's 0.9
-    with pytest.raises(TrialPruned, match="behind the model it changes"):
-        lenient.ticket("behind", origin="slow").reporter()(1, 0.92)  # 2.2% behind
-
-
-@pytest.mark.parametrize("children", ["alongside", "behind"])
-def test_evolution_children_of_a_slow_starting_baseline_are_judged_against_it(env, monkeypatch,
-                                                                            children: str) -> None:
-    """dlrm starts slower than deepfm and ends best; evolution's first tournament picks it and its
-    children start as slowly. At a first rung of one validation they are kept while they keep up
-    with dlrm's curve, where plain successive halving would stop them all (the random strategy's
-    candidates above), and stopped when they fall behind it."""
-    slow, fast = [0.9, 0.6, 0.4], [0.7, 0.65, 0.64]
-    step = -0.001 if children == "alongside" else 0.01  # behind: 1.1% to 8% (the margin is 0.5%)
-    like_slow = [[0.9 + step * (i + 1), 0.6 - 0.01 * i, 0.4] for i in range(8)]
-    monkeypatch.setattr(protocol, "accumulate", PlantedCurves([slow, fast, *like_slow]))
-    cfg = load_config(overrides=[*TINY, "search.strategy=evolution", "search.evolution.population=2",
-                                 "search.evolution.sample_size=2", "search.trials=2",
-                                 "search.baselines=[dlrm,deepfm]", "search.pruning_min_validations=1"])
-    lines: list[str] = []
-    outcome = SearchRunner(cfg, echo=lines.append).run()
-    statuses = list(outcome.table.loc[outcome.table["kind"] == "candidate", "status"])
-    assert statuses == (["ok", "ok"] if children == "alongside" else ["pruned"] * 6)
-
-
 class PlantedCurves:
     """``accumulate`` during training: a planted NE curve per trained model, in training order."""
 
