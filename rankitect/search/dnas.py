@@ -56,7 +56,7 @@ from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.base import SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
-from rankitect.search.objective import Objective
+from rankitect.search.objective import Objective, at_most
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
@@ -373,7 +373,7 @@ class DnasSearch(PlanProposer):
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
         self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
         self._climbing = False  # the last ask was a change (see prunable)
-        self._climbs = 0  # changes asked: with a FLOPs target, the fronts take turns (see _climb)
+        self._climbs = 0  # changes asked: with a FLOPs target, the two kinds take turns (see _climb)
         self._data: Any = None  # the search's data, for the MFLOPs of a change (set by start)
         self._mflops: dict[str, float] = {}  # of changes considered, by genotype hash
 
@@ -453,9 +453,9 @@ class DnasSearch(PlanProposer):
         """
         seen = self._done | self._pending | self.trained
         target = self.objective.target_mflops
-        fronts: list[float | None] = [None] if target is None else [None, target]
-        turn = self._climbs % len(fronts)
-        for limit in fronts[turn:] + fronts[:turn]:
+        limits: list[float | None] = [None] if target is None else [None, target]
+        turn = self._climbs % len(limits)
+        for limit in limits[turn:] + limits[:turn]:
             found = self._change(weights, seen, limit)
             if found is not None:
                 origin, arch = found
@@ -476,7 +476,7 @@ class DnasSearch(PlanProposer):
                     arch = self.space.decode(move)
                 except ValueError:
                     continue
-                if arch.hash not in seen and (limit is None or self.mflops(arch) <= limit * (1 + 1e-9)):
+                if arch.hash not in seen and (limit is None or at_most(self.mflops(arch), limit)):
                     return origin, arch
         return None
 

@@ -34,6 +34,16 @@ if TYPE_CHECKING:
     from rankitect.search.base import TrialResult
 
 PENALTIES = ("absolute", "relaxed")
+
+
+def at_most(mflops: float | None, cap: float) -> bool:
+    """Whether ``mflops`` is known and no more than ``cap`` (up to float rounding: a model at its
+    own FLOPs is within them, however they were summed).
+
+    >>> at_most(0.1 + 0.2, 0.3), at_most(0.31, 0.3), at_most(None, 0.3)
+    (True, False, False)
+    """
+    return mflops is not None and mflops <= cap * (1 + 1e-9)
 DEFAULT_WEIGHT = 0.01  # relative NE per doubling of FLOPs; see the module docstring
 
 

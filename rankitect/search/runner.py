@@ -30,6 +30,7 @@ from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, 
                                          save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.kept import KeptWeights
+from rankitect.search.objective import at_most
 from rankitect.search.selection import Choice, Entrant, ValLosses, auto_target, choose_winner
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
@@ -464,7 +465,7 @@ class SearchRunner:
         over the cap neither competes nor sets the bar)."""
         def within(t: TrialRecord) -> bool:
             mflops = TrialResult.from_dict(t.result).mflops
-            return mflops is not None and mflops <= max_mflops * (1 + 1e-9)
+            return at_most(mflops, max_mflops)
 
         return self._choose([t for t in self._all_trials() if within(t)])
 
@@ -472,7 +473,7 @@ class SearchRunner:
         """Where the winner costs more than ``search.target_mflops``: a line naming the winner
         under a hard cap at the target (:meth:`winner_within`), the Pareto table's other answer."""
         target, won = self.objective.target_mflops, choice.winner.result
-        if target is None or won.mflops is None or won.mflops <= target * (1 + 1e-9):
+        if target is None or won.mflops is None or at_most(won.mflops, target):
             return None
         within = self.winner_within(target)
         if within is None:
