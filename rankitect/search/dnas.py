@@ -354,11 +354,11 @@ class DnasSearch(PlanProposer):
     A change that beats its origin becomes the next origin; an origin whose changes are all tried
     gives way to the next best architecture. With a FLOPs target every other change costs no more
     than the target (:meth:`_climb`), so the search also looks for a better model at the target's
-    cost. Changes may be pruned (``search.pruning``) as
-    evolution's children are; what the supernet chose is trained in full. So the supernet orders
-    the moves, and retraining, not the supernet's shared weights, decides where the search moves:
-    on small data the shared weights favour small paths, and the most probable paths alone were
-    retrained one after another without learning from any of them (README, Measured).
+    cost. Changes may be pruned (``search.pruning``) as evolution's children are; what the supernet
+    chose is trained in full. So the supernet orders the moves, and retraining, not the supernet's
+    shared weights, decides where the search moves: on small data the shared weights favour small
+    paths, and the most probable paths alone were retrained one after another without learning
+    from any of them (README, Measured).
 
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
