@@ -121,7 +121,8 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
     if len(win):
         w = win.iloc[0]
         rows.append({"data": data, "model": strategy, "seed": seed, "test_ne": w["test_ne"], "test_auc": w["test_auc"],
-                     "mflops": w["mflops"], "minutes": run["minutes"], "kind": f"found ({w['kind']})"})
+                     "mflops": w["mflops"], "minutes": run["minutes"], "kind": f"found ({w['kind']})",
+                     **aimed_at(table, run.get("target_mflops"))})
     if run.get("within"):  # the same rule among the models at no more than the search's target FLOPs
         kind, name = run["within"]
         w = table[(table["kind"] == kind) & (table["name"] == name)].iloc[0]
@@ -135,6 +136,36 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
                      "test_auc": c["test_auc"], "mflops": c["mflops"], "minutes": run["minutes"], "kind": "candidate",
                      "candidates": int((table["kind"] == "candidate").sum())})
     return rows
+
+
+def aimed_at(table: pd.DataFrame, target: float | None) -> dict[str, Any]:
+    """The baseline whose FLOPs the search's ``auto`` target took (the best by validation, or the
+    cheapest within ``search.min_gain_se`` standard errors of it): its name, test NE and FLOPs."""
+    from rankitect.search.objective import at_most
+
+    if target is None:
+        return {}
+    bases = table[(table["kind"] == "baseline") & (table["status"] == "ok")]
+    bases = bases[[at_most(m, target) and at_most(target, m) for m in bases["mflops"]]]
+    if not len(bases):
+        return {}
+    b = bases.loc[bases["val_ne"].idxmin()]
+    return {"aimed_at": b["name"], "aimed_ne": b["test_ne"], "aimed_mflops": b["mflops"]}
+
+
+def per_seed(d: pd.DataFrame) -> None:
+    """Each strategy against each seed's own best baseline, the one its search found on validation
+    and aimed at (``target_mflops: auto``), as an engineer picks what to ship without the test set."""
+    from rankitect.search.objective import at_most
+
+    if "aimed_at" not in d:
+        return
+    for strategy, g in d[d["model"].isin(STRATEGIES) & d["aimed_at"].notna()].groupby("model"):
+        gains = 1 - g["test_ne"] / g["aimed_ne"]
+        within = [at_most(m, a) for m, a in zip(g["mflops"], g["aimed_mflops"])]
+        seeds = ", ".join(f"{s}: {n} {x:+.2%}" for s, n, x in zip(g["seed"], g["aimed_at"], gains))
+        print(f"  {strategy} against each seed's best baseline by validation ({seeds}): test NE {gains.mean():+.2%} "
+              f"on the mean, at no more than its FLOPs in {sum(within)} of {len(g)} seeds")
 
 
 def summarize(df: pd.DataFrame, data: str) -> None:
@@ -160,6 +191,7 @@ def summarize(df: pd.DataFrame, data: str) -> None:
     else:
         print(f"  no strategy returned a model at no more than {best_base}'s {bases.loc[best_base, 'mflops']:.3f} "
               f"MFLOPs (goal: >= +0.30% test NE at no more FLOPs)")
+    per_seed(d)
     if "dnas" in found.index:
         gap = found.loc["dnas", "test_ne"] / found.loc[[m for m in found.index if m in STRATEGIES], "test_ne"].min() - 1
         print(f"  dnas vs the best strategy: {gap:+.2%} test NE (goal <= +0.10%)")
