@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from rankitect.search.base import TrialResult
 
 PENALTIES = ("absolute", "relaxed")
+DEFAULT_WEIGHT = 0.01  # relative NE per doubling of FLOPs; see the module docstring
 
 
 def at_most(mflops: float | None, cap: float) -> bool:
@@ -44,7 +45,6 @@ def at_most(mflops: float | None, cap: float) -> bool:
     (True, False, False)
     """
     return mflops is not None and mflops <= cap * (1 + 1e-9)
-DEFAULT_WEIGHT = 0.01  # relative NE per doubling of FLOPs; see the module docstring
 
 
 @dataclass(frozen=True)
