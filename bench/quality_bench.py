@@ -20,7 +20,9 @@ which may be a baseline), the winner the same rule picks among the models at no 
 search's own FLOPs target (``<strategy> (at target)``: what a search under a hard cost cap at its
 ``auto`` target, the best baseline's FLOPs, would return; chosen on validation, read off the same
 Pareto table), then the goals of the issue: the best strategy's test NE against the best
-baseline's (relative, at no more than its FLOPs) and DNAS against the best strategy. Writes a
+baseline's by mean test NE (relative, at no more than its FLOPs), each strategy against each seed's
+best baseline by validation (the one its ``auto`` target aimed at, as an engineer picks what to ship
+without the test set) and DNAS against the best strategy. Writes a
 Pareto plot of every point (``quality_<data>.png``) beside the working directory.
 """
 
