@@ -352,9 +352,10 @@ class DnasSearch(PlanProposer):
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
     A change that beats its origin becomes the next origin; an origin whose changes are all tried
-    gives way to the next best architecture. With a FLOPs target every other change costs no more
-    than the target (:meth:`_climb`), so the search also looks for a better model at the target's
-    cost. Changes may be pruned (``search.pruning``) as evolution's children are; what the supernet
+    gives way to the next best architecture. Every other change is a simplification: it costs less
+    than its origin and no more than the FLOPs target where there is one (:meth:`_climb`), so the
+    search also looks for a better model at the target's cost, and for a cheaper one as good as
+    the best. Changes may be pruned (``search.pruning``) as evolution's children are; what the supernet
     chose is trained in full. So the supernet orders the moves, and retraining, not the supernet's
     shared weights, decides where the search moves: on small data the shared weights favour small
     paths, and the most probable paths alone were retrained one after another without learning
@@ -443,42 +444,49 @@ class DnasSearch(PlanProposer):
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
         """The next untried one-choice change of the best trained architecture that has one left.
 
-        With a FLOPs target (``search.target_mflops``) two kinds of change take turns: any change
-        (the penalty weighs what it costs), and a change that costs no more than the target, of the
-        best architecture that has one left, whatever that one costs. The objective trades NE for
-        FLOPs and its best often lies above the target; the second kind keeps looking for a better
-        model at the target's cost, which is what ``target_mflops: auto`` asks for, from the best
-        models found so far (a narrower layer of a model above the target, a new block of one
-        below it). A kind with nothing left gives its turn to the other.
+        Two kinds of change take turns: any change (the penalty weighs what it costs), and a
+        simplification, a change that costs less than its origin and no more than the FLOPs target
+        (``search.target_mflops``, where there is one), of the best architecture that has one left.
+        The objective trades NE for FLOPs and its best often lies above the target: the second kind
+        keeps looking for a better model at the target's cost, which is what ``target_mflops: auto``
+        asks for. Below the target it looks for a cheaper model as good as the best, which is what
+        the winner's rule returns (the cheapest candidate within the noise of the best,
+        :mod:`rankitect.search.selection`); the first kind grows a model as readily as it shrinks
+        it. A kind with nothing left gives its turn to the other.
         """
         seen = self._done | self._pending | self.trained
-        target = self.objective.target_mflops
-        limits: list[float | None] = [None] if target is None else [None, target]
-        turn = self._climbs % len(limits)
-        for limit in limits[turn:] + limits[:turn]:
-            found = self._change(weights, seen, limit)
+        turn = self._climbs % 2
+        for cheaper in [False, True][turn:] + [False, True][:turn]:
+            found = self._change(weights, seen, cheaper)
             if found is not None:
                 origin, arch = found
                 self._climbs += 1
                 self._pending.add(arch.hash)
-                within = "" if limit is None else f", at no more than {limit:.4g} MFLOPs"
+                target = self.objective.target_mflops
+                within = ("" if not cheaper else ", cheaper" if target is None
+                          else f", cheaper, at no more than {target:.4g} MFLOPs")
                 self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")
                 return arch
         raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
 
     def _change(self, weights: ArchitectureWeights, seen: set[str],
-                limit: float | None) -> tuple[Architecture, Architecture] | None:
+                cheaper: bool) -> tuple[Architecture, Architecture] | None:
         """``(origin, change)``: the most preferred change not in ``seen`` of the best trained
-        architecture with one left, the change at no more than ``limit`` MFLOPs where it is given."""
+        architecture with one left; where ``cheaper``, a simplification (:meth:`_simpler`)."""
         for origin in self.ranked():
             for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
                 except ValueError:
                     continue
-                if arch.hash not in seen and (limit is None or at_most(self.mflops(arch), limit)):
+                if arch.hash not in seen and (not cheaper or self._simpler(arch, origin)):
                     return origin, arch
         return None
+
+    def _simpler(self, arch: Architecture, origin: Architecture) -> bool:
+        """Whether ``arch`` costs less than ``origin`` and no more than the FLOPs target (if any)."""
+        target, mflops = self.objective.target_mflops, self.mflops(arch)
+        return mflops < self.mflops(origin) and (target is None or at_most(mflops, target))
 
     def mflops(self, arch: Architecture) -> float:
         """MFLOPs per example as the search ranks ``arch`` (:func:`~rankitect.cost.measure`, served

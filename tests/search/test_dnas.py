@@ -435,9 +435,21 @@ def _preferred_change(space, weights: ArchitectureWeights, origin: Architecture,
     return best
 
 
+def _first_change(space, weights: ArchitectureWeights, origins: list[Architecture], skip: set[str],
+                  keep=lambda arch, origin: True) -> Architecture | None:
+    """By hand: :func:`_preferred_change` of the first of ``origins`` (best first) that has one
+    ``keep`` accepts (``keep`` sees the change and its origin)."""
+    for origin in origins:
+        found = _preferred_change(space, weights, origin, skip, keep=lambda arch, o=origin: keep(arch, o))
+        if found is not None:
+            return found
+    return None
+
+
 def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data: ClickData, monkeypatch) -> None:
     """Past its ``top_k``, a search with a time budget asks the most preferred untried change of the
-    best architecture trained so far: a baseline while it is best, then the change that beat it."""
+    best architecture trained so far: a baseline while it is best, then the change that beat it;
+    every other change is the most preferred one that costs less than its origin."""
     from rankitect.search.base import SearchContext, SpaceExhausted, TrialResult
     from rankitect.search.dnas import DnasSearch
 
@@ -465,6 +477,12 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     with pytest.raises(SpaceExhausted):  # no budget: the top_k most probable only
         strategy.ask()
 
+    def mflops(arch: Architecture) -> float:  # the analytic count the search compares costs by
+        return cost(arch, data.spec).flops / 1e6
+
+    def simpler(arch: Architecture, origin: Architecture) -> bool:
+        return mflops(arch) < mflops(origin)
+
     strategy, baseline = searched(fill=10)
     assert strategy.ask() == argmax and not strategy.prunable  # what the supernet chose is trained in full
     strategy.tell(argmax, TrialResult(val_ne=0.9, mflops=1.0))  # worse than the baseline
@@ -473,8 +491,9 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     assert first == _preferred_change(space, weights, baseline, seen) and strategy.prunable  # a change may be pruned
     seen.add(first.hash)
     strategy.tell(first, TrialResult(val_ne=0.7, mflops=1.0))  # beats the baseline: the search moves
-    second = strategy.ask()
-    assert second == _preferred_change(space, weights, first, seen)
+    second = strategy.ask()  # every other change a simplification, here of first
+    assert second == _first_change(space, weights, [first, baseline, argmax], seen, keep=simpler)
+    assert mflops(second) < mflops(first) and strategy.prunable
     seen.add(second.hash)
     strategy.tell(second, TrialResult(val_ne=0.75, mflops=1.0))  # worse than first: first stays the origin
     state = json.loads(json.dumps(strategy.state_dict()))  # the checkpoint is JSON
@@ -491,8 +510,9 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
 def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(data: ClickData,
                                                                            monkeypatch) -> None:
     """With ``target_mflops`` the changes alternate: any change of the best architecture by objective
-    (here one above the target), then the most preferred change within the target of the best
-    architecture that has one, although the change the weights prefer most costs more."""
+    (here one above the target), then the most preferred simplification (cheaper than its origin,
+    within the target) of the best architecture that has one, although the change the weights
+    prefer most costs more."""
     from rankitect.search.base import SearchContext, TrialResult
     from rankitect.search.dnas import DnasSearch
 
@@ -547,9 +567,10 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     state = json.loads(json.dumps(strategy.state_dict()))
     third, fourth = strategy.ask(), strategy.ask()
     assert third == _preferred_change(space, weights, second, seen)
-    expected = _preferred_change(space, weights, second, seen | {third.hash}, keep=within)
-    assert fourth == (expected or _preferred_change(space, weights, big, seen | {third.hash}, keep=within))
-    assert within(fourth)
+    ranked = [second, big, baseline, first, argmax]  # by objective
+    expected = _first_change(space, weights, ranked, seen | {third.hash},
+                             keep=lambda arch, origin: mflops(arch) < mflops(origin) and within(arch))
+    assert fourth == expected and within(fourth)  # a simplification below the target
 
     resumed = DnasSearch(space, seed=0, objective=objective, fill=10)
     resumed.load_state_dict(state)
