@@ -3,6 +3,7 @@
     .venv/bin/python bench/protocol_bench.py --part twins            # baselines vs plain twins, 3 seeds
     .venv/bin/python bench/protocol_bench.py --part pruning --budget 4m
     .venv/bin/python bench/protocol_bench.py --data adult --seeds 0 1 2 --threads 1
+    .venv/bin/python bench/protocol_bench.py --part curves --data synthetic --rows 200000 --models deepfm dhen
 
 1. ``twins``: rankitect's DeepFM, DCNv2 and DLRM trained under the protocol (Lightning, early
    stopping, best state restored; :func:`rankitect.train.loop.train_architecture`) against a plain
@@ -13,6 +14,10 @@
 2. ``pruning``: evolution searches with and without pruning under one ``--budget`` each (the same
    baselines in both), per seed: test NE of the found model (the candidate with the best
    validation NE), candidates trained and candidates per hour.
+3. ``curves``: the validation NE of every validation of each baseline and seed, trained under the
+   protocol with the hopeless rule (not once below NE 1 by the end of ``train.warmup_steps``)
+   deferred to the end of training: whether a model the default rule stops at its first
+   validation would have recovered, and how the others go on after their best.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
 from rankitect.space.baselines import get_baseline
 from rankitect.train.loop import train_architecture
+from rankitect.train.protocol import Schedule
+from rankitect.train.task import TrialDiverged
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MODELS = ("deepfm", "dcnv2", "dlrm")
@@ -86,7 +93,7 @@ def twins(args: argparse.Namespace) -> None:
     for name in args.data:
         data = open_set(name, args.rows)
         cfg = replace(load_config().train, progress=False)
-        for model in MODELS:
+        for model in args.models:
             arch = get_baseline(model, data.spec)
             ours, twin, fixed, epochs = [], [], [], []
             for seed in args.seeds:
@@ -100,6 +107,28 @@ def twins(args: argparse.Namespace) -> None:
             diff = statistics.mean(ours) - statistics.mean(twin)
             print(f"{name:10s} {model:7s} {_stats(ours):>17s} {_stats(twin):>17s} {diff:+8.4f} "
                   f"{_stats(fixed) if fixed else '-':>17s} {statistics.mean(epochs):6.1f}", flush=True)
+
+
+def curves(args: argparse.Namespace) -> None:
+    print(f"\n== validation NE at every validation, the hopeless rule deferred to the end (seeds {args.seeds}) ==")
+    print(f"{'data':10s} {'model':7s} {'seed':>4s} {'best val':>8s} {'test':>7s} {'default rule':>12s}  curve")
+    for name in args.data:
+        data = open_set(name, args.rows)
+        cfg = replace(load_config().train, progress=False)
+        for model in args.models:
+            arch = get_baseline(model, data.spec)
+            for seed in args.seeds:
+                c = replace(cfg, seed=seed)
+                c = replace(c, warmup_steps=Schedule.for_data(c, data).total_steps)
+                try:
+                    out = train_architecture(arch, data, c)
+                except TrialDiverged as e:
+                    print(f"{name:10s} {model:7s} {seed:4d} failed: {e}", flush=True)
+                    continue
+                curve = [h["val/ne"] for h in out.history]
+                rule = "stops it" if curve[0] >= 1.0 and cfg.warmup_steps <= out.history[0]["step"] else "-"
+                print(f"{name:10s} {model:7s} {seed:4d} {out.metrics['val/ne']:8.4f} {out.metrics['test/ne']:7.4f} "
+                      f"{rule:>12s}  " + " ".join(f"{x:.4f}" for x in curve), flush=True)
 
 
 def pruning(args: argparse.Namespace) -> None:
@@ -145,10 +174,11 @@ def pruning(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=["twins", "pruning", "all"], default="all")
+    p.add_argument("--part", choices=["twins", "pruning", "curves", "all"], default="all")
     p.add_argument("--data", nargs="+", default=["adult", "synthetic"], choices=["adult", "synthetic"])
     p.add_argument("--rows", type=int, default=100_000, help="synthetic rows")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--models", nargs="+", default=list(MODELS), help="baselines of the twins and curves parts")
     p.add_argument("--fixed-steps", type=int, default=300, help="the previous fixed-step protocol (0: skip)")
     p.add_argument("--budget", default="4m", help="wall clock of each pruning-bench search")
     p.add_argument("--baselines", default="[dlrm,deepfm]", help="baselines of each pruning-bench search")
@@ -159,6 +189,8 @@ def main() -> None:
         twins(args)
     if args.part in ("pruning", "all"):
         pruning(args)
+    if args.part in ("curves", "all"):
+        curves(args)
 
 
 if __name__ == "__main__":
