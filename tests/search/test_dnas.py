@@ -567,7 +567,8 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     state = json.loads(json.dumps(strategy.state_dict()))
     third, fourth = strategy.ask(), strategy.ask()
     assert third == _preferred_change(space, weights, second, seen)
-    ranked = [second, big, baseline, first, argmax]  # by objective
+    val_ne = {second: 0.45, big: 0.5, baseline: 0.8, first: 0.9, argmax: 0.95}  # as told above
+    ranked = sorted(val_ne, key=lambda arch: objective.value(val_ne[arch], mflops(arch)))  # origins, best first
     expected = _first_change(space, weights, ranked, seen | {third.hash},
                              keep=lambda arch, origin: mflops(arch) < mflops(origin) and within(arch))
     assert fourth == expected and within(fourth)  # a simplification below the target
