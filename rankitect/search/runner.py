@@ -240,7 +240,7 @@ class SearchRunner:
                  for t in self._all_trials() if t.kind == "baseline"]
         if self.cfg.search.target_mflops == "auto":
             found = auto_target([self._entrant("baseline", name, r) for name, _, r in bases],
-                                self.cfg.search.min_gain_se)
+                                self.cfg.search.min_gain_se, self.objective)
             self.objective = self.objective.with_target(found[0].result.mflops if found else None)
             self.echo(_target_line(*found, self.cfg.search.min_gain_se) if found
                       else "target_mflops auto: no baseline finished; ranking by NE alone")
@@ -514,10 +514,10 @@ def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]],
 def _target_line(target: Entrant, best: Entrant, min_gain_se: float) -> str:
     line = f"target_mflops auto: {target.result.mflops:.4f} MFLOPs ({target.name}"
     if target is best:
-        return line + ", the best baseline by val/ne)"
+        return line + ", the best baseline by val/ne and its FLOPs)"
     errors = "standard error" if min_gain_se == 1 else "standard errors"
-    return (line + f", the cheapest baseline within {min_gain_se:g} {errors} of the best by val/ne, "
-            f"{best.name} at {best.result.mflops:.4f} MFLOPs)")
+    return (line + f", the cheapest baseline within {min_gain_se:g} {errors} of the best by val/ne and its "
+            f"FLOPs, {best.name} at {best.result.mflops:.4f} MFLOPs)")
 
 
 def _as_completed(pending: dict[Future, Any]):

@@ -22,8 +22,12 @@ The objective's FLOPs factors ``k = 1 + w * doublings`` (see :mod:`rankitect.sea
 weigh each side: the difference of objectives is ``mean(k_b b - k_a a) / H``.
 
 The same rule sets ``search.target_mflops: auto``: the target is the FLOPs of the cheapest baseline
-whose validation NE is within ``min_gain_se`` standard errors of the best baseline's, so a search
-is not aimed at ten times the cost of a model that is as good within the noise.
+whose objective is within ``min_gain_se`` standard errors of the best baseline's, so a search
+is not aimed at ten times the cost of a model that is as good within the noise. The baselines are
+weighed as candidates are, each paying the objective's penalty for its doublings of FLOPs beyond
+the cheapest baseline: at the default weight a baseline ten times the cost of another is the better
+one only if its NE is more than 3.3% lower, the trade the search makes for what it finds. The
+best baseline by NE alone would aim the search at a cost its own objective does not think worth it.
 
 >>> rng = np.random.default_rng(0)
 >>> b = rng.exponential(0.5, 10_000)                 # the incumbent's per-example losses
@@ -160,24 +164,29 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
     return Choice(winner=inc, incumbent=inc, runner_up=held)
 
 
-def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_GAIN_SE) -> tuple[Entrant, Entrant] | None:
+def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_GAIN_SE,
+                objective: Objective | None = None) -> tuple[Entrant, Entrant] | None:
     """``target_mflops: auto``: ``(target, best)``, where ``best`` is the ok baseline with the lowest
-    validation NE (the first on ties) and ``target`` the cheapest ok baseline whose NE is within
-    ``min_gain_se`` paired standard errors of it (``best`` itself when none is, or when losses are
-    missing); None when no baseline finished.
+    objective when the target is the cheapest baseline's FLOPs (its validation NE with
+    ``objective``'s penalty for every doubling of FLOPs beyond the cheapest baseline; NE alone
+    without ``objective``; the first on ties) and ``target`` the cheapest ok baseline whose
+    objective is within ``min_gain_se`` paired standard errors of it (``best`` itself when none is,
+    or when losses are missing); None when no baseline finished.
 
     >>> r = lambda ne, mf: TrialResult(val_ne=ne, mflops=mf)
     >>> bases = [Entrant("dlrm", "baseline", r(0.81, 0.3)), Entrant("dcnv2", "baseline", r(0.80, 0.9))]
     >>> [e.name for e in auto_target(bases)]  # no losses: the best by NE alone
     ['dcnv2', 'dcnv2']
+    >>> [e.name for e in auto_target(bases, objective=Objective(weight=0.01))]  # 1.6 doublings for 1.2%
+    ['dlrm', 'dlrm']
     """
     ok = [e for e in baselines if e.result.ok and math.isfinite(e.result.val_ne) and e.result.mflops > 0]
     if not ok:
         return None
-    best = min(ok, key=lambda e: e.result.val_ne)
-    plain = Objective()
-    tied = [e for e in ok if e is best or -_z(*_gain(plain, best, e)) <= min_gain_se]
-    return min(tied, key=lambda e: (e.result.mflops, e.result.val_ne)), best
+    judge = Objective() if objective is None else objective.with_target(min(e.result.mflops for e in ok))
+    best = min(ok, key=lambda e: judge(e.result))
+    tied = [e for e in ok if e is best or -_z(*_gain(judge, best, e)) <= min_gain_se]
+    return min(tied, key=lambda e: (e.result.mflops, judge(e.result))), best
 
 
 class ValLosses:

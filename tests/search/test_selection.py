@@ -176,6 +176,21 @@ def test_auto_target_is_the_cheapest_baseline_within_the_noise_of_the_best():
     assert [e.name for e in auto_target([cheap, clear], 1.0)] == ["clear", "clear"]
 
 
+@pytest.mark.parametrize("gain, costly_is_target", [(0.02, False), (0.05, True)])
+def test_auto_target_weighs_a_baselines_flops_as_the_objective_does(gain, costly_is_target):
+    """A baseline eight times the cost of another (three doublings: 3% of NE at weight 0.01) is the
+    better one only if its NE is lower by more than that; by NE alone it is better at any gain."""
+    base = np.random.default_rng(8).exponential(0.5, 4_000)
+    cheap = _entrant("cheap", "baseline", base, mflops=0.5)
+    costly = _entrant("costly", "baseline", base * (1 - gain), mflops=4.0)
+    objective = Objective(weight=0.01)
+    by_hand = min((cheap, costly), key=lambda e: e.result.val_ne * (1 + 0.01 * math.log2(e.result.mflops / 0.5)))
+    assert (by_hand is costly) == costly_is_target
+    assert [e.name for e in auto_target([cheap, costly], 1.0, objective)] == [by_hand.name] * 2
+    assert [e.name for e in auto_target([cheap, costly], 1.0)] == ["costly", "costly"]  # NE alone
+    assert [e.name for e in auto_target([cheap, costly], 1.0, Objective(weight=0.0))] == ["costly", "costly"]
+
+
 def test_val_losses_round_trip_and_refuse_paths(tmp_path):
     store = ValLosses(tmp_path)
     losses = np.random.default_rng(7).random(10)
