@@ -21,7 +21,7 @@ search's own FLOPs target (``<strategy> (at target)``: what a search under a har
 ``auto`` target, the best baseline's FLOPs, would return; chosen on validation, read off the same
 Pareto table), then the goals of the issue: the best strategy's test NE against the best
 baseline's by mean test NE (relative, at no more than its FLOPs), each strategy against each seed's
-best baseline by validation (the one its ``auto`` target aimed at, as an engineer picks what to ship
+best baseline on validation (the one its ``auto`` target aimed at, as an engineer picks what to ship
 without the test set) and DNAS against the best strategy. Writes a
 Pareto plot of every point (``quality_<data>.png``) beside the working directory.
 """
@@ -141,8 +141,9 @@ def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[di
 
 
 def aimed_at(table: pd.DataFrame, target: float | None) -> dict[str, Any]:
-    """The baseline whose FLOPs the search's ``auto`` target took (the best by validation, or the
-    cheapest within ``search.min_gain_se`` standard errors of it): its name, test NE and FLOPs."""
+    """The baseline whose FLOPs the search's ``auto`` target took (the best on validation by the
+    objective, or the cheapest within ``search.min_gain_se`` standard errors of it; of the baselines
+    at those FLOPs, the best by validation NE): its name, test NE and FLOPs."""
     from rankitect.search.objective import at_most
 
     if target is None:
@@ -157,7 +158,8 @@ def aimed_at(table: pd.DataFrame, target: float | None) -> dict[str, Any]:
 
 def per_seed(d: pd.DataFrame) -> None:
     """Each strategy against each seed's own best baseline, the one its search found on validation
-    and aimed at (``target_mflops: auto``), as an engineer picks what to ship without the test set."""
+    (NE, and FLOPs as the objective weighs them) and aimed at (``target_mflops: auto``), as an
+    engineer picks what to ship without the test set."""
     from rankitect.search.objective import at_most
 
     if "aimed_at" not in d:
@@ -166,7 +168,7 @@ def per_seed(d: pd.DataFrame) -> None:
         gains = 1 - g["test_ne"] / g["aimed_ne"]
         within = [at_most(m, a) for m, a in zip(g["mflops"], g["aimed_mflops"])]
         seeds = ", ".join(f"{s}: {n} {x:+.2%}" for s, n, x in zip(g["seed"], g["aimed_at"], gains))
-        print(f"  {strategy} against each seed's best baseline by validation ({seeds}): test NE {gains.mean():+.2%} "
+        print(f"  {strategy} against the baseline each seed's search aimed at ({seeds}): test NE {gains.mean():+.2%} "
               f"on the mean, at no more than its FLOPs in {sum(within)} of {len(g)} seeds")
 
 
