@@ -455,8 +455,8 @@ class DnasSearch(PlanProposer):
         it. A kind with nothing left gives its turn to the other.
         """
         seen = self._done | self._pending | self.trained
-        turn = self._climbs % 2
-        for cheaper in [False, True][turn:] + [False, True][:turn]:
+        simplify_first = self._climbs % 2 == 1
+        for cheaper in (simplify_first, not simplify_first):
             found = self._change(weights, seen, cheaper)
             if found is not None:
                 origin, arch = found
