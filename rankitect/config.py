@@ -106,7 +106,7 @@ class DnasConfig:
     warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
-    start_logit: float = 1.0  # the best baseline in the space starts this much more probable per choice; 0: uniform
+    start_logit: float = 2.0  # the best baseline in the space starts this much more probable per choice (a sampled path keeps most of its choices); 0: uniform
     estimator: Literal["reinforce", "gumbel"] = "reinforce"  # architecture gradient: score function or straight-through
     samples: int = 2  # reinforce: paths scored against each other on one batch per architecture step
     arch_split: Literal["train", "val"] = "train"  # batches the architecture steps on (train: rows not yet seen)
