@@ -11,7 +11,8 @@ dnas <= 3, oneshot <= 5) and the process's peak RSS (goal: dnas under 2 GB). Mea
 probable architecture held 40 architecture steps, + retraining 57.2 s / 56.4 s), 1.07 GB; before the
 data-sized schedule, the early stop and the baseline start it was 6.3x (supernet 47.9 s for 300
 steps). oneshot 4.5x, 1.33 GB (measured before those changes). The sized engineer supernet holds
-26.9M weights. Later, with nothing else running (README, cost table): dnas 2.64x, 1.14 GB; oneshot
+26.9M weights. Later, with nothing else running (README, cost table): dnas 2.05x, 1.05 GB (start_logit 2;
+3.38x with 1, once the target moved to AutoInt); oneshot 2.64x, 1.43 GB. Before: dnas 2.64x, 1.14 GB; oneshot
 4.63x, 1.38 GB (the baselines in its first population, its best child retrained).
 
 Prints, in one run (times side by side on the same machine, so their ratios hold on a noisy one):
