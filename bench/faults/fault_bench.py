@@ -1,8 +1,8 @@
 """Faults a search must survive: kill -9 at random moments, processes started together on a fresh
 shared storage, and bad inputs; prints what was lost (it must be nothing).
 
-    .venv/bin/python bench/fault_bench.py                          # 5 kills, SQLite and PostgreSQL
-    .venv/bin/python bench/fault_bench.py --kills 10 --processes 4 --storages sqlite
+    python -m bench.faults.fault_bench                          # 5 kills, SQLite and PostgreSQL
+    python -m bench.faults.fault_bench --kills 10 --processes 4 --storages sqlite
 
 1. ``--kills`` times, a tiny ``evolution`` search (``--trials`` candidates, one baseline) is killed
    with SIGKILL at a random moment (seeded), then resumed; a last resume runs it to its end. Lost:
@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import ROOT, parse_args
 
 TINY = ["data.rows=3000", "train.batch_size=64", "train.val_every=5", "train.val_batches=2", "train.test_batches=2",
         "runtime.threads=1", "search.evolution.population=2", "search.evolution.sample_size=2"]
@@ -133,14 +132,14 @@ def bad_inputs(env: dict[str, str], work: Path) -> list[tuple[str, int, str]]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--trials", type=int, default=6)
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--storages", default="sqlite,postgresql")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = parse_args(ap, {"kills": 1, "trials": 2, "processes": 2, "storages": "sqlite"}, argv)
     with tempfile.TemporaryDirectory(prefix="fault-bench-") as tmp:
         work = Path(tmp)
         env = {**os.environ, "RANKITECT_DATA_DIR": str(work / "data"), "PYTHONUNBUFFERED": "1",

@@ -1,9 +1,9 @@
 """The training protocol against a plain early-stopped loop, and pruning under a wall-clock budget.
 
-    .venv/bin/python bench/protocol_bench.py --part twins            # baselines vs plain twins, 3 seeds
-    .venv/bin/python bench/protocol_bench.py --part pruning --budget 4m
-    .venv/bin/python bench/protocol_bench.py --data adult --seeds 0 1 2 --threads 1
-    .venv/bin/python bench/protocol_bench.py --part curves --data synthetic --rows 200000 --models deepfm dhen
+    python -m bench.quality.protocol_bench --part twins            # baselines vs plain twins, 3 seeds
+    python -m bench.quality.protocol_bench --part pruning --budget 4m
+    python -m bench.quality.protocol_bench --data adult --seeds 0 1 2 --threads 1
+    python -m bench.quality.protocol_bench --part curves --data synthetic --rows 200000 --models deepfm dhen
 
 1. ``twins``: rankitect's DeepFM, DCNv2 and DLRM trained under the protocol (Lightning, early
    stopping, best state restored; :func:`rankitect.train.loop.train_architecture`) against a plain
@@ -32,8 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from plain import plain_model, plain_step
 
+from bench.common import SHARED_DATA, parse_args
+from bench.plain import plain_model, plain_step
 from rankitect.config import TrainConfig, load_config
 from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
@@ -42,13 +43,12 @@ from rankitect.train.loop import train_architecture
 from rankitect.train.protocol import Schedule
 from rankitect.train.task import TrialDiverged
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MODELS = ("deepfm", "dcnv2", "dlrm")
 
 
 def open_set(name: str, rows: int):
     if name == "adult":
-        return open_data(str(SHARED / "adult.csv"), schema=str(SHARED / "adult.yaml"))
+        return open_data(str(SHARED_DATA / "adult.csv"), schema=str(SHARED_DATA / "adult.yaml"))
     return open_data("synthetic", rows=rows, progress=True)
 
 
@@ -139,7 +139,7 @@ def pruning(args: argparse.Namespace) -> None:
           f"{'cand/hour':>9s} {'minutes':>7s}")
     summary: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for name in args.data:
-        source = ([f"data.source={SHARED / 'adult.csv'}", f"data.schema={SHARED / 'adult.yaml'}"] if name == "adult"
+        source = ([f"data.source={SHARED_DATA / 'adult.csv'}", f"data.schema={SHARED_DATA / 'adult.yaml'}"] if name == "adult"
                   else [f"data.rows={args.rows}"])
         for seed in args.seeds:
             for mode in ("none", "asha"):
@@ -172,7 +172,7 @@ def pruning(args: argparse.Namespace) -> None:
               f"{rate['none']:.1f} vs {rate['asha']:.1f} (ratio {rate['asha'] / rate['none']:.2f})")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=["twins", "pruning", "curves", "all"], default="all")
     p.add_argument("--data", nargs="+", default=["adult", "synthetic"], choices=["adult", "synthetic"])
@@ -183,7 +183,8 @@ def main() -> None:
     p.add_argument("--budget", default="4m", help="wall clock of each pruning-bench search")
     p.add_argument("--baselines", default="[dlrm,deepfm]", help="baselines of each pruning-bench search")
     p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
+    args = parse_args(p, {"data": ["synthetic"], "rows": 3000, "seeds": [0], "models": ["dlrm"],
+                          "fixed_steps": 5, "budget": "10s", "baselines": "[dlrm]"}, argv)
     torch.set_num_threads(args.threads)
     if args.part in ("twins", "all"):
         twins(args)

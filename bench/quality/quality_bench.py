@@ -1,9 +1,9 @@
 """Search quality on real and synthetic data: every strategy against the six baselines, 3 seeds each.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/quality_bench.py                 # hours on 2 cores
-    PYTHONPATH=$PWD .venv/bin/python bench/quality_bench.py --reduced       # minutes: 1 seed, short runs
+    python -m bench.quality.quality_bench                 # hours on 2 cores
+    python -m bench.quality.quality_bench --reduced       # minutes: 1 seed, short runs
     # what fitted in an hour on the shared 2-core machine (README, Measured):
-    PYTHONPATH=$PWD .venv/bin/python bench/quality_bench.py --jobs 3 --budget 5.5 --rows 50000 \
+    python -m bench.quality.quality_bench --jobs 3 --budget 5.5 --rows 50000 \
         --set train.max_epochs=2 --set "search.baselines=[dlrm,dcnv2,deepfm,autoint,dhen]" --out quality
 
 For each data set (``../shared/data/adult.csv`` with its schema, real; the synthetic default) and
@@ -41,10 +41,10 @@ from typing import Any
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT, SHARED_DATA, parse_args
+
 DATA = {
-    "adult": [f"data.source={ROOT.parent / 'shared/data/adult.csv'}",
-              f"data.schema={ROOT.parent / 'shared/data/adult.yaml'}"],
+    "adult": [f"data.source={SHARED_DATA / 'adult.csv'}", f"data.schema={SHARED_DATA / 'adult.yaml'}"],
     "synthetic": ["data.source=synthetic"],
 }
 STRATEGIES = ("evolution", "tpe", "oneshot", "dnas")
@@ -104,7 +104,7 @@ def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: 
     out.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns-{data}-{strategy}-{seed}/mlflow.db",
            "PYTHONUNBUFFERED": "1"}
-    code = f"from bench.quality_bench import child; child({overrides!r}, {str(out)!r})"
+    code = f"from bench.quality.quality_bench import child; child({overrides!r}, {str(out)!r})"
     print(f"{data} / {strategy} / seed {seed}: started", flush=True)
     logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -220,7 +220,7 @@ def plot(df: pd.DataFrame, data: str, path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="adult,synthetic")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
@@ -237,7 +237,8 @@ def main() -> None:
     parser.add_argument("--out", default=".", help="folder of the results (quality.jsonl) and the plots")
     parser.add_argument("--summarize", action="store_true", help="print the tables of --out's results, run nothing")
     parser.add_argument("--reduced", action="store_true", help="1 seed, 20k synthetic rows, short trainings")
-    args = parser.parse_args()
+    args = parse_args(parser, {"data": "synthetic", "strategies": "evolution", "seeds": 1, "trials": 1, "rows": 3000,
+                               "set": ["search.baselines=[dlrm]", "train.steps=5", "train.val_every=5"]}, argv)
     if args.trials is None:
         args.trials = 10_000 if has_time_budget() else 16
     out = Path(args.out)

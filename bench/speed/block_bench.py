@@ -1,7 +1,7 @@
 """Builder overhead: rankitect's built models against hand-written plain-PyTorch twins.
 
-    .venv/bin/python bench/block_bench.py                 # batch 512, 30 interleaved repetitions
-    .venv/bin/python bench/block_bench.py --batch-size 2048 --reps 50 --threads 2
+    python -m bench.speed.block_bench                 # batch 512, 30 interleaved repetitions
+    python -m bench.speed.block_bench --batch-size 2048 --reps 50 --threads 2
 
 For the DCNv2 baseline and one 7-block ``nasrec`` sample (seed ``--seed``), on a Criteo-shaped spec
 (13 dense, 26 sparse features, D = 16):
@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.common import parse_args
 from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
 from rankitect.space import build_model, cost, get_space
 from rankitect.space.architecture import Architecture
@@ -198,14 +199,14 @@ def compare(
     return [(f"{name} vs {k} twin", ms["rankitect"], ms[k]) for k in ("plain", "ebc")]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="seed of the nasrec sample")
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+    args = parse_args(ap, {"batch_size": 64, "reps": 2, "warmup": 1}, argv)
     torch.set_num_threads(args.threads)
     spec = criteo_spec()
     space = get_space("nasrec")

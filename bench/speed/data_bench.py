@@ -1,7 +1,7 @@
 """Data-path throughput: Criteo TSV parsing, batch iteration, and data loading's share of a step.
 
-    .venv/bin/python bench/data_bench.py             # 1M rows
-    .venv/bin/python bench/data_bench.py --rows 200000
+    python -m bench.speed.data_bench             # 1M rows
+    python -m bench.speed.data_bench --rows 200000
 
 1. writes a Criteo-layout TSV of ``--rows`` rows into a temporary directory (not timed), then times
    ``read_criteo`` on it (both passes: counting and parsing) -> rows/second;
@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from bench.common import parse_args
 from rankitect.data import read_criteo
 from rankitect.data.batch import Batch
 
@@ -98,13 +99,13 @@ def bench_step(split, batch_size: int, steps: int) -> tuple[float, float]:
     return fetch / steps, step / steps
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batch-size", type=int, default=2048)
     ap.add_argument("--vocab-size", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=30)
-    args = ap.parse_args()
+    args = parse_args(ap, {"rows": 5000, "batch_size": 256, "vocab_size": 1000, "steps": 5}, argv)
     with tempfile.TemporaryDirectory() as tmp:
         tsv = Path(tmp) / "criteo.tsv"
         t = time.perf_counter()

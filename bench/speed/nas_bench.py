@@ -1,19 +1,12 @@
 """Weight-sharing search on the default synthetic data: DNAS and one-shot costs, and what they find.
 
-    .venv/bin/python bench/nas_bench.py            # the default nasrec space, 300 steps per candidate
-    .venv/bin/python bench/nas_bench.py --quick    # a 4-slot nasrec menu, 100 steps: minutes, not an hour
-    .venv/bin/python bench/nas_bench.py --cost     # default dnas and oneshot searches, 100k rows x 10 fields
+    python -m bench.speed.nas_bench            # the default nasrec space, 300 steps per candidate
+    python -m bench.speed.nas_bench --steps 100   # 100 steps per candidate: minutes, not an hour
+    python -m bench.speed.nas_bench --cost     # default dnas and oneshot searches, 100k rows x 10 fields
 
-``--cost`` (:mod:`bench.nas_cost`) runs each default search in a process of its own and prints the
+``--cost`` (:mod:`bench.speed.nas_cost`) runs each default search in a process of its own and prints the
 weight-sharing part (supernet plus retraining) over one training of the architecture found (goals:
-dnas <= 3, oneshot <= 5) and the process's peak RSS (goal: dnas under 2 GB). Measured on a shared
-2-core machine (load 11-12): dnas 1.63x (supernet 34.6 s, stopped at step 91 of 157 once its most
-probable architecture held 40 architecture steps, + retraining 57.2 s / 56.4 s), 1.07 GB; before the
-data-sized schedule, the early stop and the baseline start it was 6.3x (supernet 47.9 s for 300
-steps). oneshot 4.5x, 1.33 GB (measured before those changes). The sized engineer supernet holds
-26.9M weights. Later, with nothing else running (README, cost table): dnas 2.05x, 1.05 GB (start_logit 2;
-3.38x with 1, once the target moved to AutoInt); oneshot 2.64x, 1.43 GB. Before: dnas 2.64x, 1.14 GB; oneshot
-4.63x, 1.38 GB (the baselines in its first population, its best child retrained).
+dnas <= 3, oneshot <= 5) and the process's peak RSS (goal: dnas under 2 GB).
 
 Prints, in one run (times side by side on the same machine, so their ratios hold on a noisy one):
 
@@ -26,13 +19,8 @@ Prints, in one run (times side by side on the same machine, so their ratios hold
    ``evolution`` under one wall-clock budget (the DNAS run's, retraining included), every
    hand-designed baseline trained for the same steps, and the Bayes-optimal NE of the split.
 
-Measured on a shared 2-core CPU, 1 thread, default nasrec space (334.5M supernet weights), 300
-steps: DNAS 252 s, 2.3x the median evolution candidate's training (108 s) and 6.5x that of the
-small architecture it derived (39 s); one-shot scoring 0.60 s a child against 41.6 s from
-scratch, 69x cheaper. Test NE under a 295 s budget: dnas 0.9050 (2.2 MFLOPs), oneshot 0.9101
-(2.3 MFLOPs), evolution 0.9136 (10.2 MFLOPs, 3 trials); baselines 0.9117 (dlrm) to 0.9188
-(wukong); Bayes-optimal 0.8063. ``--quick`` (4 slots, 100 steps): DNAS 1.7x the median candidate,
-scoring 30x cheaper (100-step trainings are short), every search and baseline near 0.92.
+``--quick`` (4 slots, a few steps, a few thousand rows) only checks that every part runs. Measured
+numbers, with their commands: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -45,6 +33,8 @@ from typing import Any
 
 import torch
 
+from bench.common import parse_args
+from bench.speed.nas_cost import cost_bench
 from rankitect.config import DnasConfig, OneShotConfig, load_config
 from rankitect.data import open_data
 from rankitect.search import Objective, TrialResult, build_strategy
@@ -131,27 +121,25 @@ def row(name: str, result: TrialResult, wall_s: float | None, note: str = "") ->
     return (f"  {name:10s} {result.test_ne:8.4f} {result.test_auc:9.4f} {result.mflops:9.3f} {wall}  {note}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a 4-slot nasrec menu and 100 steps")
     parser.add_argument("--cost", action="store_true", help="default dnas/oneshot searches on 100k rows x 10 fields")
     parser.add_argument("--strategies", default="dnas,oneshot", help="with --cost: the strategies, comma-separated")
-    parser.add_argument("--steps", type=int, help="steps per candidate and per supernet (default 300; quick 100)")
+    parser.add_argument("--steps", type=int, default=300, help="steps per candidate and per supernet")
+    parser.add_argument("--rows", type=int, default=0, help="synthetic rows (0: the default data.rows)")
     parser.add_argument("--population", type=int, default=16, help="one-shot evolution population")
     parser.add_argument("--target-mflops", type=float, help="FLOPs target of the objective (relaxed penalty)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="with --cost: a config override for every search (e.g. search.dnas.estimator=gumbel)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, {"steps": 6, "rows": 3000, "population": 4}, argv)
     if args.cost:
-        from nas_cost import cost_bench  # beside this file
-
         cost_bench(args.strategies.split(","), args.threads, args.set)
         return
-    args.steps = args.steps or (100 if args.quick else 300)
     torch.set_num_threads(args.threads)
-    cfg = load_config(overrides=[f"train.steps={args.steps}", "train.progress=false"])
+    cfg = load_config(overrides=[f"train.steps={args.steps}", "train.progress=false",
+                                 *([f"data.rows={args.rows}"] if args.rows else [])])
     train_cfg = replace(cfg.train, val_every=max(1, args.steps // 3))
     data = open_data("synthetic", cfg.data, progress=True)
     space = get_space("nasrec", **(QUICK_SPACE if args.quick else {}))

@@ -1,4 +1,4 @@
-"""The cost of a default weight-sharing search on a 100k-row, 10-field data set (``nas_bench.py --cost``).
+"""The cost of a default weight-sharing search on a 100k-row, 10-field data set (``python -m bench.speed.nas_bench --cost``).
 
 Each strategy runs in a fresh process (its peak RSS is its own): a default ``rankitect search``
 (the six baselines, the sized ``engineer`` space, ``target_mflops: auto``) on click data of
@@ -101,7 +101,7 @@ def cost_bench(strategies: list[str], threads: int, overrides: list[str] = ()) -
             print(f"{strategy}: a default search on {ROWS:,} rows x {FIELDS} fields, {threads} thread(s)"
                   + (f", with {list(overrides)}" if overrides else ""), flush=True)
             out = Path(tmp) / f"{strategy}.json"
-            code = ("import json, sys; from bench.nas_cost import child; "
+            code = ("import json, sys; from bench.speed.nas_cost import child; "
                     f"json.dump(child({strategy!r}, {str(data)!r}, {threads}, {list(overrides)!r}), open({str(out)!r}, 'w'))")
             subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).resolve().parents[1])
             results.append(json.loads(out.read_text()))

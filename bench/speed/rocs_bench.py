@@ -1,8 +1,8 @@
 """ROCS serving: scoring throughput with and without request sharing, at 10 and 100 candidates.
 
-    .venv/bin/python bench/rocs_bench.py                       # both specs, 1000 rows, 7 repetitions
-    .venv/bin/python bench/rocs_bench.py --spec heavy --rows 2000 --reps 11 --threads 2
-    .venv/bin/python bench/rocs_bench.py --spec synthetic --share 0.75  # every arch with rocs_share=0.75
+    python -m bench.speed.rocs_bench                       # both specs, 1000 rows, 7 repetitions
+    python -m bench.speed.rocs_bench --spec heavy --rows 2000 --reps 11 --threads 2
+    python -m bench.speed.rocs_bench --spec synthetic --share 0.75  # every arch with rocs_share=0.75
 
 For the six baselines made ROCS-masked (``rocs=True``) and ``--samples`` draws of the ``nasrec``
 and ``engineer`` presets with ``rocs=True`` (and ``rocs_share=--share``, default ``None``: the
@@ -36,6 +36,7 @@ import time
 import numpy as np
 import torch
 
+from bench.common import parse_args
 from rankitect.data.batch import Batch, make_batch
 from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
 from rankitect.serve import rocs_flops, score_requests
@@ -122,7 +123,7 @@ def bench_spec(label: str, args: argparse.Namespace) -> None:
                   f"{full_s / rocs_s:8.2f} {gap:8.1e}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", choices=[*SPECS, "both"], default="both")
     parser.add_argument("--rows", type=int, default=1000, help="rows per batch")
@@ -133,7 +134,7 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=None,
                         help="rocs_share of every architecture, in (0, 1) (default: proportional)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_args(parser, {"spec": "synthetic", "rows": 64, "reps": 1, "samples": 1}, argv)
     torch.set_num_threads(args.threads)
     for label in SPECS if args.spec == "both" else [args.spec]:
         bench_spec(label, args)

@@ -1,7 +1,7 @@
 """torch.compile (Inductor, with and without the Optimus batch-fusion passes) against eager.
 
-    .venv/bin/python bench/runtime_bench.py                      # batch 512, 20 interleaved steps
-    .venv/bin/python bench/runtime_bench.py --steps 50 --threads 2 --models dcnv2
+    python -m bench.speed.runtime_bench                      # batch 512, 20 interleaved steps
+    python -m bench.speed.runtime_bench --steps 50 --threads 2 --models dcnv2
 
 For the DCNv2 baseline and one ``nasrec`` sample (seed ``--seed``) on a Criteo-shaped spec (13 dense,
 26 sparse features, D = 16), three copies of one initialisation train side by side with the
@@ -30,10 +30,11 @@ import numpy as np
 import torch
 import torch._inductor.config
 import torch.nn.functional as F
-from block_bench import criteo_spec  # bench/ is the script's own directory
 from torch import nn
 from torch._dynamo.utils import counters
 
+from bench.common import parse_args
+from bench.speed.block_bench import criteo_spec
 from rankitect.config import TrainConfig
 from rankitect.space import build_model, cost, get_space
 from rankitect.space.baselines import dcnv2
@@ -103,7 +104,7 @@ def bench(name: str, arch: Any, args: argparse.Namespace) -> None:
         print(f"  {label:16s} speed-up {med['eager'] / med[label]:.2f}x   break-even after {even}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--steps", type=int, default=20)
@@ -111,7 +112,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", default="dcnv2,nasrec")
     p.add_argument("--cache", action="store_true", help="keep Inductor's on-disk caches (warm compiles)")
-    args = p.parse_args()
+    args = parse_args(p, {"batch_size": 64, "steps": 2, "models": "dcnv2"}, argv)
     torch.set_num_threads(args.threads)
     torch._inductor.config.force_disable_caches = not args.cache
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.steps} timed steps per copy")

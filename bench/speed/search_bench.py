@@ -1,7 +1,7 @@
 """Search overhead: a trial through the runner (Lightning + MLflow) against a bare training loop.
 
-    .venv/bin/python bench/search_bench.py                   # DLRM baseline, 300 steps, 3 reps
-    .venv/bin/python bench/search_bench.py --steps 50 --reps 7 --trials 0 --threads 1
+    python -m bench.speed.search_bench                   # DLRM baseline, 300 steps, 3 reps
+    python -m bench.speed.search_bench --steps 50 --reps 7 --trials 0 --threads 1
 
 Prints, in one run on the default synthetic data:
 
@@ -25,8 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from plain import plain_model, plain_step
 
+from bench.common import parse_args
+from bench.plain import plain_model, plain_step
 from rankitect.config import load_config
 from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
@@ -94,7 +95,7 @@ def throughput(args: argparse.Namespace, tmp: str) -> None:
     cfg = load_config(overrides=[
         "search.strategy=evolution", "search.space=nasrec", f"search.trials={args.trials}",
         "search.baselines=[]", f"train.steps={args.steps}", f"track.uri=sqlite:///{tmp}/search.db",
-        f"search.output_dir={tmp}/searches"])
+        f"search.output_dir={tmp}/searches", *([f"data.rows={args.rows}"] if args.rows else [])])
     start = time.perf_counter()
     SearchRunner(cfg, echo=lambda line: print("  " + line)).run()
     minutes = (time.perf_counter() - start) / 60
@@ -102,17 +103,18 @@ def throughput(args: argparse.Namespace, tmp: str) -> None:
           f"= {args.trials / minutes:.2f} trials/minute")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="dlrm", help="baseline timed for the overhead")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--trials", type=int, default=4)
+    p.add_argument("--rows", type=int, default=0, help="synthetic rows (0: the default data.rows)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    args = p.parse_args()
+    args = parse_args(p, {"steps": 10, "reps": 1, "trials": 1, "rows": 4000}, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = open_data("synthetic", rows=load_config().data.rows, progress=True)
+    data = open_data("synthetic", rows=args.rows or load_config().data.rows, progress=True)
     with tempfile.TemporaryDirectory() as tmp:
         overhead(args, data, tmp)
         if args.trials:

@@ -172,6 +172,7 @@ def _meta_flops(model: RankingModel, requests: int, rows: int) -> int:
         r = spec.n_request_dense
         sources["dense"] = Split(torch.empty(requests, r, device="meta"),
                                  torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
+    model.eval()  # scoring's mode: a bucket block in training mode would read its edges off meta tensors
     with FlopCounterMode(display=False) as counter:
         split_logits(model, sources)
     return int(counter.get_total_flops())

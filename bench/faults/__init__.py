@@ -1,0 +1,1 @@
+"""Faults a search must survive: kill -9, processes started together, bad inputs."""
