@@ -1,6 +1,6 @@
 """The benches' plain PyTorch reference: a model built as rankitect builds it, the same optimizers
 (row-wise Adagrad on embedding tables, Adam on the rest) and a bare training step; no Lightning,
-no tracking. Imported by the bench scripts beside it (``python bench/<script>.py``)."""
+no tracking. Imported by the benches that time a bare loop against the protocol."""
 
 from __future__ import annotations
 

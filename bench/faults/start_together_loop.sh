@@ -3,7 +3,7 @@
 # ROUNDS times in a row (default 20) while two busy loops hold both cores; stops at the first
 # failure and prints how many rounds passed in a row, with each round's seconds.
 #
-#     bash bench/start_together_loop.sh [ROUNDS]
+#     bash bench/faults/start_together_loop.sh [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-20}

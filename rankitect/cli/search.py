@@ -43,7 +43,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
 
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
         print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "
-              "fp32 (a cold compile costs more than a few hundred steps save: bench/runtime_bench.py)")
+              "fp32 (a cold compile costs more than a few hundred steps save: bench/speed/runtime_bench.py)")
     if args.resume:
         runner = SearchRunner.resume(args.resume, cfg, flag_overrides(args, args.flags) + list(args.overrides))
     else:

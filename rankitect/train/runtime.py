@@ -13,7 +13,7 @@ calls and a batch of another size (the short last batch of an epoch) run eager, 
 exactly once. A compile failure (at the warm-up step or later) falls back to eager with one
 warning; the trial goes on.
 
-Where it pays (``bench/runtime_bench.py``: 2 shared CPU cores, 1 thread, batch 512, cold
+Where it pays (``bench/speed/runtime_bench.py``: 2 shared CPU cores, 1 thread, batch 512, cold
 Inductor caches). DCNv2: compile 24-38 s, warm step 154-157 ms against 162 ms eager (1.03-1.06x),
 break-even after 2,700-7,600 steps (a quieter run of the whole model gave 0.89x). A 10-MFLOPs
 ``nasrec`` sample: compile 175-242 s and steps 0.84x as fast: never. The Optimus passes fire on none

@@ -3,7 +3,7 @@ fall back to eager with one warning and never fail the trial.
 
 Real Inductor compiles take tens of seconds on a small CPU, so these tests compile with the
 ``eager`` / ``aot_eager`` backends (same Dynamo capture and AOT autograd, no code generation) or
-with a backend that raises; ``bench/runtime_bench.py`` measures Inductor itself.
+with a backend that raises; ``bench/speed/runtime_bench.py`` measures Inductor itself.
 """
 
 from __future__ import annotations
