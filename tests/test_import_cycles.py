@@ -1,15 +1,16 @@
 """No import cycle among rankitect's modules: read from the ast of every module, nothing imported.
 
 An edge ``a -> b`` is any ``import rankitect.b`` / ``from rankitect.b import x`` / relative import in
-module ``a``, at module level or inside a function or class (a deferred import still ties the two
-modules together). ``from rankitect.pkg import sub`` where ``sub`` is a submodule of ``pkg`` is an
-edge to that submodule; ``from rankitect.pkg import name`` of anything else is an edge to ``pkg``.
-Imports under ``if TYPE_CHECKING:`` do not count: they are never executed and exist only for
-annotations.
+module ``a``, at module level, inside a function or class, or under ``if TYPE_CHECKING:`` (a
+deferred import still ties the two modules together, and an annotation-only one says that ``a``
+needs ``b``'s types: a cycle of them is two modules that cannot be read, moved or tested apart).
 
-A package's ``__init__`` is its own node (``rankitect.search``), so re-exports in an ``__init__``
-count like any other import; the implicit import of a parent package that Python runs before any
-of its submodules is not an edge (else every package with re-exports would be a cycle).
+A package's ``__init__`` is its own node (``rankitect.search``), its face: re-exports in an
+``__init__`` count like any other import. ``from rankitect.pkg import name`` runs ``pkg``'s face and
+reads ``name`` from it, so it is an edge to ``pkg``, and also to ``pkg.name`` when that is a
+submodule; ``import rankitect.pkg.sub`` and ``from rankitect.pkg.sub import x`` are edges to ``sub``
+alone. The implicit import of a parent package that Python runs before any of its submodules is not
+an edge (else every package with re-exports would be a cycle).
 """
 
 from __future__ import annotations
@@ -31,27 +32,9 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, except those under ``if TYPE_CHECKING:``."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
+    """Every import statement, at any depth (``if TYPE_CHECKING:`` blocks included)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def edges(name: str, path: Path, known: set[str]) -> set[str]:
@@ -66,8 +49,8 @@ def edges(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            # ``from pkg import sub`` ties to the submodule ``sub``; ``from pkg import name`` to ``pkg``
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            # ``from pkg import sub`` ties to ``pkg`` (its face runs first) and to the submodule ``sub``
+            targets = [base, *(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)]
         for target in targets:
             while target and target not in known:  # "rankitect.a.b.attr" -> "rankitect.a.b"
                 target = target.rpartition(".")[0]
@@ -117,13 +100,34 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_graph_sees_imports_at_every_depth_but_not_type_checking_ones() -> None:
+def test_the_graph_sees_imports_at_every_depth_and_package_faces() -> None:
     g = graph()
     # module level, and deferred inside a function (runner opens the data in __init__)
     assert "rankitect.search.base" in g["rankitect.search.random_search"]
     assert "rankitect.data" in g["rankitect.search.runner"]
-    # base imports Architecture only for annotations
-    assert "rankitect.space" not in g["rankitect.search.base"]
+    # base imports Architecture only for annotations: an edge all the same
+    assert "rankitect.space" in g["rankitect.search.base"]
+    # ``from rankitect.space import engineer, nasrec`` in space's own face: its submodules, no self-edge
+    assert {"rankitect.space.engineer", "rankitect.space.nasrec"} <= g["rankitect.space"]
+    assert "rankitect.space" not in g["rankitect.space"]
+
+
+def test_a_face_imported_from_inside_its_package_is_an_edge(tmp_path: Path) -> None:
+    """The shape of ``export/__init__ -> exporter -> codegen -> export``: ``from pkg import sub`` in a
+    module of ``pkg`` whose face imports that module back is a cycle; ``from pkg.sub import x`` is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import f\n")
+    (pkg / "b.py").write_text("X = 1\n")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import b\n")
+    known = {"pkg", "pkg.a", "pkg.b"}
+    paths = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py"}
+    g = {name: edges(name, path, known) for name, path in paths.items()}
+    assert g["pkg.a"] == {"pkg", "pkg.b"}
+    assert cycles(g) == [["pkg", "pkg.a"]]
+    (pkg / "a.py").write_text("from pkg.b import X\n")
+    g["pkg.a"] = edges("pkg.a", paths["pkg.a"], known)
+    assert g["pkg.a"] == {"pkg.b"} and cycles(g) == []
 
 
 def test_cycles_finds_a_cycle() -> None:

@@ -21,7 +21,7 @@ import math
 
 from rankitect.blocks.base import BLOCKS
 from rankitect.data.spec import FeatureSpec
-from rankitect.export import runtime
+import rankitect.export.runtime as runtime
 from rankitect.export.bundle import ALLOWED_IMPORTS, bundle
 from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
 from rankitect.space import builder

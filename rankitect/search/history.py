@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from rankitect.search import _optuna
+import rankitect.search._optuna as _optuna
 from rankitect.search.base import Space
 from rankitect.search.shared import SharedStudy, proposal_lock
 

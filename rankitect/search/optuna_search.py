@@ -27,7 +27,7 @@ import warnings
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rankitect.search import _optuna
+import rankitect.search._optuna as _optuna
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
 from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy, proposal_lock

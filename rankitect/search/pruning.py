@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankitect.search import _optuna
+import rankitect.search._optuna as _optuna
 from rankitect.search.base import TrialResult
 
 RUNG_SUFFIX = ".rungs"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankitect.search import _optuna
+import rankitect.search._optuna as _optuna
 
 PARENT_ATTR = "mlflow_parent_run_id"
 SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
