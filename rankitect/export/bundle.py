@@ -14,6 +14,9 @@ without ``as`` (an import nothing bundled uses is left out, whatever it is); its
 only imports, functions, classes (decorators allowed), assignments to one name and docstrings; no
 two bundled modules define one name. Anything else raises ``ValueError`` naming the module.
 
+Docstrings are kept without their examples (:func:`strip_examples`): a block's doctest imports it
+from rankitect, which the exported file must run without.
+
 >>> from rankitect.blocks.common import FieldLinear
 >>> text = bundle([FieldLinear])
 >>> [line.split("(")[0] for line in text.splitlines() if line.startswith(("class", "def", "import", "from"))]
@@ -107,7 +110,8 @@ def read_module(name: str) -> ModuleSource:
     package = module.__package__
     for node in ast.parse(text).body:
         start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
-        source = "\n".join(lines[start - 1 : node.end_lineno])  # whole lines: trailing comments stay
+        kept = strip_examples(node, lines)[start - 1 : node.end_lineno]
+        source = "\n".join(line for line in kept if line is not None)  # whole lines: trailing comments stay
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _read_import(info, node, package)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -118,6 +122,39 @@ def read_module(name: str) -> ModuleSource:
         elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):  # docstrings pass
             raise ValueError(f"bundle: {name}: unsupported top-level statement {ast.unparse(node)[:60]!r}")
     return info
+
+
+def strip_examples(node: ast.AST, lines: list[str]) -> list[str | None]:
+    """``lines`` (a module's source, one string a line) with the lines of the doctest examples in
+    the docstrings of ``node`` and below replaced by ``None``: each ``>>>`` line, its ``...`` lines
+    and its expected output, up to a blank line, the next ``>>>`` or the end of the docstring (whose
+    closing quotes stay), and the blank line before examples that ended the docstring. ``None``, not
+    removed, so that ``node``'s line numbers still index the result.
+
+    >>> src = ["def f():", "    '''Two.", "", "    >>> f()", "    2", "    '''", "    return 2"]
+    >>> strip_examples(ast.parse("\\n".join(src)).body[0], src)
+    ['def f():', "    '''Two.", None, None, None, "    '''", '    return 2']
+    """
+    out: list[str | None] = list(lines)
+    for owner in ast.walk(node):
+        body = getattr(owner, "body", None)
+        if not (isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            continue
+        first, last = body[0].lineno - 1, body[0].end_lineno - 1  # 0-based, inclusive; the opening line stays
+        in_example = False
+        for i in range(first + 1, last + 1):
+            text = lines[i].strip()
+            in_example = bool(text) and (in_example or text.startswith(">>>"))
+            if not in_example:
+                continue
+            quote = text[-3:] if i == last and text[-3:] in ('"""', "'''") else ""
+            out[i] = lines[i][: len(lines[i]) - len(lines[i].lstrip())] + quote if quote else None
+        before = max((i for i in range(first + 1, last) if out[i] is not None), default=None)
+        if before is not None and before < last - 1 and not lines[before].strip():
+            out[before] = None  # the blank line that led into examples now ending the docstring
+    return out
 
 
 def _target(node: ast.Assign | ast.AnnAssign) -> str | None:
@@ -231,4 +268,4 @@ def _import_key(statement: str) -> tuple[int, str]:
     return (module.split(".")[0] == "torch", statement.startswith("from"), module, statement)
 
 
-__all__ = ["ALLOWED_IMPORTS", "Definition", "ModuleSource", "bundle", "collect", "read_module"]
+__all__ = ["ALLOWED_IMPORTS", "Definition", "ModuleSource", "bundle", "collect", "read_module", "strip_examples"]

@@ -140,3 +140,64 @@ def test_check_param_is_exact_about_types() -> None:
             check_param("p", value, hint)
     with pytest.raises(ValueError, match="cannot be exported"):
         check_param("p", {}, dict)
+
+
+def _text_lines(doc: str) -> list[str]:
+    return [line.strip() for line in doc.splitlines() if line.strip()]
+
+
+def test_bundled_docstrings_are_the_sources_without_their_examples(tmp_path: Path) -> None:
+    """Reference: the standard library's doctest parser splits each original docstring into text
+    and examples; the bundled docstring is that text, every line of it, and no example."""
+    import doctest
+
+    parser = doctest.DocTestParser()
+    module = import_source(bundle(BLOCKS.values()), tmp_path)
+    had_examples = 0
+    for cls in BLOCKS.values():
+        copy = getattr(module, cls.__name__)
+        pairs = [(cls, copy)] + [(f, getattr(copy, name)) for name, f in vars(cls).items()
+                                 if inspect.isfunction(f) and f.__doc__]
+        for original, bundled in pairs:
+            pieces = parser.parse(inspect.cleandoc(original.__doc__ or ""))
+            had_examples += any(isinstance(p, doctest.Example) for p in pieces)
+            text = "\n".join(p for p in pieces if isinstance(p, str))
+            assert parser.get_examples(bundled.__doc__ or "") == [], f"{cls.__name__}: an example survived"
+            assert _text_lines(bundled.__doc__ or "") == _text_lines(text), f"{original.__qualname__}"
+    assert had_examples, "no block docstring has an example: nothing was tested"
+
+
+# The exported file on its own: torch's directory added by hand to an isolated interpreter (-I -S),
+# so rankitect cannot be imported; doctest collects nothing, and the module still loads and builds.
+DOCTEST_SCRIPT = """
+import doctest, importlib.util, sys
+sys.path.append(sys.argv[1])
+spec = importlib.util.spec_from_file_location("exported", sys.argv[2] + "/model.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+result = doctest.testmod(module)
+assert result.attempted == 0, result
+module.load(sys.argv[2])
+print("ok")
+"""
+
+
+def test_an_exported_model_carries_no_doctest_and_loads_without_rankitect(tmp_path: Path) -> None:
+    import subprocess
+
+    import torch
+
+    from rankitect.export import export_model
+    from rankitect.space.testing import tiny_spec
+    from tests.export.archs import ALL_OPS
+    from tests.export.conftest import perturbed_model
+
+    spec = tiny_spec()
+    out = export_model(perturbed_model(ALL_OPS, spec), ALL_OPS, spec, tmp_path / "m")
+    text = (out / "model.py").read_text()
+    assert ">>>" not in text and "class DCN" in text
+    (tmp_path / "check.py").write_text(DOCTEST_SCRIPT)
+    torch_dir = str(Path(torch.__file__).resolve().parent.parent)
+    run = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "check.py"), torch_dir, str(out)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
