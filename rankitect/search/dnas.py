@@ -19,9 +19,8 @@ options). The architecture weights minimize the expected
 * ``gumbel``: hard Gumbel-softmax samples with a straight-through gradient (GDAS), the
   temperature annealed from ``tau_start`` to ``tau_end``. The gradient a gate gets is that of
   scaling its option's output, which is near zero for any option the weights have adapted to,
-  and an empty option's gate scales nothing, so it gets no signal of its own: on small data its
-  most probable path drifted to the cheapest one with NE alone as the objective too (README,
-  Measured). With ``arch_split: train`` one forward
+  and an empty option's gate scales nothing, so it gets no signal of its own: its most probable
+  path can drift to the cheapest one even with NE alone as the objective. With ``arch_split: train`` one forward
   and one backward step both; with ``val`` the architecture steps on validation batches.
 
 ``arch_split: train`` scores paths on training batches the weights have not yet seen in this pass
@@ -314,8 +313,8 @@ class Stability:
     """Counts architecture steps over which the most probable architecture stayed the same.
 
     A search that starts around a path (the best baseline, ``start_logit`` more per choice) holds
-    that path as its most probable until the scores outweigh the lean, which on small data took
-    longer than ``stable_steps`` (adult.csv, around AutoInt: 44 architecture steps, README). Holding
+    that path as its most probable until the scores outweigh the lean, which on small data can take
+    longer than ``stable_steps``. Holding
     the start says nothing yet about the data, so it never ends the search: the count may end it
     only once the most probable architecture has left the start (and then any path, the start
     again included, holding ``patience`` steps does). A start that is never left runs the
@@ -358,8 +357,8 @@ class DnasSearch(PlanProposer):
     the best. Changes may be pruned (``search.pruning``) as evolution's children are; what the supernet
     chose is trained in full. So the supernet orders the moves, and retraining, not the supernet's
     shared weights, decides where the search moves: on small data the shared weights favour small
-    paths, and the most probable paths alone were retrained one after another without learning
-    from any of them (README, Measured).
+    paths, and retraining the most probable paths alone, one after another, learns nothing from any
+    of them.
 
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.

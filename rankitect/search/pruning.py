@@ -17,9 +17,9 @@ baselines alone, would have kept the best of them at every rung. A rung earlier 
 have stopped the best hand-designed model itself; on data where models improve for many epochs and
 the best one starts slowly (an attention stack after one epoch can rank last), it stops the
 candidates that resemble it before they show what they are. Where the baselines' early ranks hold,
-the first rung stays at one validation. It is not the default: on adult.csv it put the first rung
-at 7 to 11 validations, and a 15-minute evolution search then trained 20 candidates instead of 87
-and found less (README, Search quality).
+the first rung stays at one validation. It is not the default: where the baselines start slowly it
+puts the first rung many validations in, and a search under a time budget then trains far fewer
+candidates (docs/benchmarks.md has the numbers).
 
 ``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
 2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
