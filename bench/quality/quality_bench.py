@@ -2,9 +2,9 @@
 
     python -m bench.quality.quality_bench                 # hours on 2 cores
     python -m bench.quality.quality_bench --reduced       # minutes: 1 seed, short runs
-    # what fitted in an hour on the shared 2-core machine (README, Measured):
-    python -m bench.quality.quality_bench --jobs 3 --budget 5.5 --rows 50000 \
-        --set train.max_epochs=2 --set "search.baselines=[dlrm,dcnv2,deepfm,autoint,dhen]" --out quality
+    # the runs of docs/benchmarks.md, e.g.:
+    python -m bench.quality.quality_bench --data adult --strategies dnas --budget 15 --jobs 3 \
+        --set "search.baselines=[dlrm,dcnv2,deepfm,autoint,dhen]" --out adult15
 
 For each data set (``../shared/data/adult.csv`` with its schema, real; the synthetic default) and
 each strategy (``evolution``, ``tpe``, ``oneshot``, ``dnas``) and seed, one default ``rankitect

@@ -20,10 +20,7 @@ machine's noise hits both alike; the table gives the median rows per second of e
 (``speedup``, goal >= 3 at 100 candidates), the FLOPs ratio from :func:`rankitect.space.flops` and
 :func:`rankitect.serve.rocs_flops`, and the largest logit difference relative to the largest logit.
 
-Measured (``--spec synthetic --reps 5``, 1 thread, 2 shared CPU cores), at 100 candidates: with the
-proportional share FLOPs ratios 1.3x-2.1x and speedups 1.1x-1.8x; with ``--share 0.75`` FLOPs
-ratios 3.3x-10.4x and speedups 2.0x-5.7x for every architecture except AutoInt (attention only,
-whose request fields follow from its structure: 1.4x either way).
+The numbers, with their commands: docs/benchmarks.md.
 """
 
 from __future__ import annotations
