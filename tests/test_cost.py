@@ -28,6 +28,10 @@ def archs(rocs: bool) -> list:
     for name in ("nasrec", "engineer"):
         space = get_space(name, embedding_dim=4)
         out += [space.decode(space.sample(rng)) for _ in range(3)]
+    space = get_space("engineer", embedding_dim=4, max_depth=2)  # dense features as bucket fields
+    sample = space.encode(space.decode(space.sample(rng)))
+    out += [space.decode({**sample, "depth": 1, "L0.op": "attention", "dense.path": path, "dense.fields": "buckets"})
+            for path in ("fields", "both")]
     return [dataclasses.replace(a, rocs=rocs) for a in out]
 
 
