@@ -77,7 +77,9 @@ def test_finetune_uses_the_runs_data_and_refuses_other_data(trained: dict, capsy
 def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"  # a scratch directory: the search must leave it empty
+    work.mkdir()
+    monkeypatch.chdir(work)
     uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
     argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "train.max_epochs=2",
             f"data.source={learnable_source()}",
@@ -116,6 +118,12 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     with torch.no_grad():
         expected = torch.sigmoid(net.eval()(batch))
     assert torch.allclose(torch.tensor(got), expected, atol=1e-6)
+    # the logged model and every artifact live under the store, in the search's experiment
+    assert sorted(p.name for p in work.iterdir()) == []
+    client = MlflowClient(uri)
+    logged = client.search_logged_models(experiment_ids=[e.experiment_id for e in client.search_experiments()])
+    assert [m.experiment_id for m in logged] == [client.get_experiment_by_name("rankitect").experiment_id]
+    assert Path(logged[0].artifact_location.removeprefix("file://")).is_relative_to(tmp_path / "elsewhere")
 
 
 GROUP = """

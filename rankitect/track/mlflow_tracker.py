@@ -52,6 +52,9 @@ PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
 MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"
+# The logged pyfunc's name: not MODEL_DIR, since MLflow serves a run's artifact path from the run's
+# logged model of that name first, and ``model/`` must stay the kept weights that export reads.
+SCORER_MODEL = "scorer"
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -321,6 +324,10 @@ class Tracker:
         from mlflow.tracking._tracking_service import utils as tracking_utils
 
         code = Path(__file__).with_name("raw_rows_model.py")
+        # The logged model is made here, in this tracker's experiment: left to Model.log it goes to
+        # MLflow's active experiment, the Default one, whose artifacts live in ./mlruns of whatever
+        # directory the command runs in. Its files then go under this experiment's artifact root.
+        model = self.client.create_logged_model(self.experiment_id, name=SCORER_MODEL, source_run_id=run_id)
         # Model.log reads MLflow's global tracking URI (which set_tracking_uri also writes to the
         # environment): set it for the call, then put both back as they were, so no later Tracker or
         # client of this process is steered to this store.
@@ -330,7 +337,8 @@ class Tracker:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # MLflow's advice on predict's type hints: the input is a DataFrame
                 info = mlflow.models.Model.log(
-                    None, mlflow.pyfunc, name="model", run_id=run_id, python_model=str(code),
+                    None, mlflow.pyfunc, name=SCORER_MODEL, run_id=run_id, model_id=model.model_id,
+                    python_model=str(code),
                     artifacts={"export": str(export_dir)},
                     pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
         finally:
