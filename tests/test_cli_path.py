@@ -110,7 +110,16 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
                         | {f.name: batch.sparse_ids()[:, j].tolist() for j, f in enumerate(data.spec.sparse)})
     mlflow.set_tracking_uri(uri)
     try:
-        got = mlflow.pyfunc.load_model(model_uri).predict(rows)
+        logged_model = mlflow.pyfunc.load_model(model_uri)
+        got = logged_model.predict(rows)
+        first = rows.columns[0]
+        with pytest.raises(ValueError, match=f"row 0: unknown column '{first}x'"):
+            logged_model.predict(rows.rename(columns={first: f"{first}x"}))
+        with pytest.raises(ValueError, match=f"row 0: no column '{first}'"):
+            logged_model.predict(rows.drop(columns=[first]))
+        # the opt-in: an absent column is scored as the missing value an empty field is
+        absent = logged_model.predict(rows.drop(columns=[first]), params={"allow_missing": True})
+        assert absent == logged_model.predict(rows.assign(**{first: None}))
     finally:
         mlflow.set_tracking_uri(None)
     net = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)

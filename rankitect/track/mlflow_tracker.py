@@ -317,11 +317,14 @@ class Tracker:
 
     def log_raw_rows_model(self, run_id: str, export_dir: str | Path) -> str:
         """Log an export directory as an MLflow pyfunc model of run ``run_id`` (under "Logged
-        models"): ``predict`` takes a DataFrame of raw feature columns. Returns the model URI."""
+        models", in this tracker's experiment): ``predict`` takes a DataFrame of raw feature columns,
+        every one of them (``params={"allow_missing": True}`` to score absent ones as missing).
+        Returns the model URI."""
         import mlflow
         import torch
-
+        from mlflow.models.signature import ModelSignature
         from mlflow.tracking._tracking_service import utils as tracking_utils
+        from mlflow.types.schema import ParamSchema, ParamSpec
 
         code = Path(__file__).with_name("raw_rows_model.py")
         # The logged model is made here, in this tracker's experiment: left to Model.log it goes to
@@ -338,8 +341,9 @@ class Tracker:
                 warnings.simplefilter("ignore")  # MLflow's advice on predict's type hints: the input is a DataFrame
                 info = mlflow.models.Model.log(
                     None, mlflow.pyfunc, name=SCORER_MODEL, run_id=run_id, model_id=model.model_id,
-                    python_model=str(code),
-                    artifacts={"export": str(export_dir)},
+                    python_model=str(code), artifacts={"export": str(export_dir)},
+                    # no input schema (raw columns of any dtype); the one inference parameter
+                    signature=ModelSignature(params=ParamSchema([ParamSpec("allow_missing", "boolean", False)])),
                     pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
         finally:
             mlflow.set_tracking_uri(previous)
