@@ -114,28 +114,61 @@ def pareto_table(
     return df.sort_values(y, kind="stable", na_position="last").reset_index(drop=True)
 
 
-def verdict(df: pd.DataFrame, y: str = "test_ne") -> str:
-    """One plain sentence: the winner's relative ``y`` difference to the best baseline, with its sign,
-    or that no candidate beat the best baseline.
+def verdict(df: pd.DataFrame) -> str:
+    """The closing lines of a search, from its table: the winner (the row marked ``winner``, what
+    the search's rule chose and what it exports) with its validation and test NE and their relative
+    change against the best baseline (the ok baseline with the lowest objective, the one the rule
+    measures candidates against); then, when the best candidate by objective is not the winner, that
+    candidate on a line of its own.
 
-    ``df`` is a :func:`pareto_table`; the best baseline is the ok baseline with the lowest ``y``.
+    ``df`` is a :func:`pareto_table`.
     """
     ok = df[df["status"] == "ok"]
-    cands, bases = ok[ok["kind"] == "candidate"], ok[ok["kind"] == "baseline"]
-    win = ok[ok["winner"]]
-    best_cand = win.iloc[0] if len(win) and win.iloc[0]["kind"] == "candidate" else (
-        cands.loc[cands["objective"].idxmin()] if len(cands) else None)
-    if best_cand is None:
-        return "no candidate finished: nothing to compare with the baselines"
-    if not len(bases):
-        return f"winner {best_cand['name']}: {y} {best_cand[y]:.4f} (no baseline to compare with)"
-    base = bases.loc[bases[y].idxmin()]
-    change = 100 * (best_cand[y] / base[y] - 1)
-    head = (f"{best_cand['name']}: {y} {best_cand[y]:.4f}, {change:+.2f}% vs the best baseline "
-            f"{base['name']} ({base[y]:.4f})")
-    if change < 0:
-        return f"winner {head}"
-    return f"no candidate beat the best baseline; the best candidate is {head}"
+    cands, bases, win = ok[ok["kind"] == "candidate"], ok[ok["kind"] == "baseline"], ok[ok["winner"]]
+    if not len(win):
+        return "no model finished: there is no winner"
+    row = win.iloc[0]
+    base = bases.loc[bases["objective"].idxmin()] if len(bases) else None
+    head = f"winner {row['name']} ({row['kind']}): "
+    if base is None:
+        lines = [head + _versus(row, None) + " (no baseline to compare with)"]
+    elif base["name"] == row["name"] and row["kind"] == "baseline":
+        lines = [head + _versus(row, None) + "; the best baseline" + ("" if len(cands) else "; no candidate finished")]
+    else:
+        lines = [head + _versus(row, base)]
+    if len(cands):
+        top = cands.loc[cands["objective"].idxmin()]
+        if not (row["kind"] == "candidate" and top["name"] == row["name"]):
+            lines.append(f"best candidate {top['name']} by objective, not the winner: {_versus(top, row)}")
+    return "\n".join(lines)
+
+
+def front_note(df: pd.DataFrame, x: str = "mflops", y: str = "test_ne") -> str | None:
+    """Why the winner of a :func:`pareto_table` is off its front, or None when it is on it (or there
+    is none): the winner is chosen on validation (and may be the cheapest within the noise of a
+    better one), the front is drawn on ``y``, so a model may beat it there; names the one that does
+    at the least cost."""
+    win = df[df["winner"] & (df["status"] == "ok")]
+    if not len(win) or bool(win.iloc[0]["on_front"]):
+        return None
+    row = win.iloc[0]
+    ok = df[(df["status"] == "ok") & (df[x] <= row[x]) & (df[y] < row[y])]
+    if not len(ok):
+        return None
+    by = ok.sort_values([x, y]).iloc[0]
+    return (f"the winner {row['name']} is off the {y} front ({by['name']}: {y} {by[y]:.4f} at {by[x]:.4g} "
+            f"{UNITS.get(x, x)} beats it there): the winner is chosen on validation, the front is drawn on {y}")
+
+
+def _versus(row: pd.Series, ref: pd.Series | None) -> str:
+    """``row``'s validation and test NE, with their relative change against ``ref``'s."""
+    parts = []
+    for col in ("val_ne", "test_ne"):
+        text = f"{col} {row[col]:.4f}"
+        if ref is not None and np.isfinite(ref[col]) and ref[col] != 0:
+            text += f" ({100 * (row[col] / ref[col] - 1):+.2f}% vs {ref['name']}'s {ref[col]:.4f})"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 FIGSIZE, DPI = (9.0, 5.4), 120  # the PNG is FIGSIZE * DPI pixels: 1080 x 648

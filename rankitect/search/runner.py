@@ -52,6 +52,7 @@ class SearchOutcome:
     best: Architecture | None
     out_dir: Path
     spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.budget)
+    choice: Choice | None = None  # the winner and why: the closing lines (Choice.lines)
 
 
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
@@ -429,8 +430,7 @@ class SearchRunner:
         # and written under a lock, so the last writer has read every trial shared before it.
         with folder_lock(self.out_dir):
             table, best, choice = self._pareto()
-            if choice is not None:
-                self.echo(choice.line(self.cfg.search.min_gain_se))
+            if choice is not None:  # the winner itself closes the output (SearchOutcome.choice)
                 within = self._within_target(choice)
                 if within is not None:
                     self.echo(within)
@@ -444,7 +444,7 @@ class SearchRunner:
             self.tracker.log_metrics(self.state.parent_run_id, {f"budget/{k}_seconds": v for k, v in spent.items()})
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
-        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent)
+        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent, choice)
 
     def _entrant(self, kind: str, name: str, result: TrialResult) -> Entrant:
         return Entrant(name, kind, result, self.val_losses.load(name) if result.ok else None)
