@@ -200,8 +200,8 @@ def pareto_figure(
 
     Every candidate is a point, the front (over candidates and baselines) a step line, baselines are
     labelled squares, the winner a star annotated with its ``y``, ``x`` and its change against the
-    best baseline. Failed trials are counted in the subtitle and, where their ``x`` is known, marked
-    along the top edge. ``x`` is on a log scale when all values are positive. Labels are nudged
+    best baseline. Pruned and failed trials (no ``y``) are counted apart in the subtitle and, where
+    their ``x`` is known, marked along the top edge, each with its own legend entry. ``x`` is on a log scale when all values are positive. Labels are nudged
     apart so that none covers another label, a point or the front.
 
     Args:
@@ -231,9 +231,13 @@ def pareto_figure(
         ax.axhline(floor, color="0.3", ls="--", lw=1, label=f"Bayes-optimal {AXIS_LABELS.get(y, y)} ({floor:.4f})")
     _set_axes(ax, ok, x, y, floor, xs[np.isfinite(xs)])
     known = failed[np.isfinite(failed[x].to_numpy(dtype=float))]
-    if len(known):  # failed trials have no y: a mark at the top edge, at their x
-        ax.scatter(known[x], np.full(len(known), 0.965), transform=ax.get_xaxis_transform(), marker="x",
-                   s=22, color="0.45", clip_on=False, label=f"failed (no {AXIS_LABELS.get(y, y)})")
+    # trials without a y, a mark at the top edge at their x: stopped early by the search (pruned, a
+    # trial that was doing well enough to run but not to finish) or failed (diverged, crashed)
+    for status, marker, color in (("pruned", "|", "tab:orange"), ("failed", "x", "0.45")):
+        some = known[_stopped(known) == status]
+        if len(some):
+            ax.scatter(some[x], np.full(len(some), 0.965), transform=ax.get_xaxis_transform(), marker=marker,
+                       s=22, color=color, clip_on=False, label=f"{status} (no {AXIS_LABELS.get(y, y)})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     fig.suptitle(title or f"{AXIS_LABELS.get(y, y)} vs {AXIS_LABELS.get(x, x)}", x=0.02, ha="left", fontsize=12)
     fig.text(0.02, 0.905, _summary(df, ok, failed), fontsize=8.5, color="0.3")
@@ -283,11 +287,18 @@ def _set_axes(ax: Any, ok: pd.DataFrame, x: str, y: str, floor: float | None, al
     ax.grid(True, which="minor", axis="x", alpha=0.1)
 
 
+def _stopped(rows: pd.DataFrame) -> pd.Series:
+    """``pruned`` or ``failed`` for each row without a point (an ok row missing a value is failed)."""
+    return rows["status"].where(rows["status"] == "pruned", "failed")
+
+
 def _summary(df: pd.DataFrame, ok: pd.DataFrame, failed: pd.DataFrame) -> str:
     n_cand = int((df["kind"] == "candidate").sum())
-    n_fail = int((failed["kind"] == "candidate").sum())
+    stopped = _stopped(failed[failed["kind"] == "candidate"])
+    n_pruned, n_fail = int((stopped == "pruned").sum()), int((stopped == "failed").sum())
     n_base = int((ok["kind"] == "baseline").sum())
-    text = (f"{n_cand} candidate{'s' * (n_cand != 1)} ({n_fail} failed), {n_base} baseline{'s' * (n_base != 1)}, "
+    counts = ", ".join([f"{n_pruned} pruned"] * (n_pruned > 0) + [f"{n_fail} failed"])
+    text = (f"{n_cand} candidate{'s' * (n_cand != 1)} ({counts}), {n_base} baseline{'s' * (n_base != 1)}, "
             f"{int(ok['on_front'].sum())} on the front")
     bad_base = failed.loc[failed["kind"] == "baseline", "name"].astype(str).tolist()
     return text + (f"; failed baselines: {', '.join(bad_base)}" if bad_base else "")

@@ -334,7 +334,7 @@ class SearchRunner:
         self.state.elapsed = self.budget.spent()
         self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
-        self._log_child(record, out.history, self.progress.start_time(name))
+        self._log_child(record, out.history, out.started or self.progress.start_time(name), out.ended)
         save_state(self.path, self.state)
         if self.shared is not None:
             self.shared.share({"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result})
@@ -344,13 +344,15 @@ class SearchRunner:
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
 
-    def _log_child(self, record: TrialRecord, history: list[dict[str, float]], start: float | None = None) -> None:
+    def _log_child(self, record: TrialRecord, history: list[dict[str, float]], start: float | None = None,
+                   end: float | None = None) -> None:
         arch, result = Architecture.from_dict(record.arch), TrialResult.from_dict(record.result)
         baseline = record.name if record.kind == "baseline" else None
         choices = self.space.encode(arch)  # the space's flat labels, for MLflow's compare views
         params = {} if choices is None else {k: choices[k] for k in self.space.active(choices)}
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, _trial_tags(record),
-                                               baseline=baseline, params=params, start_time=start, history=history)
+                                               baseline=baseline, params=params, start_time=start, end_time=end,
+                                               history=history)
         if result.cost is not None and result.cost.rocs_metrics():  # measured once, before training
             self.tracker.log_metrics(record.run_id, result.cost.rocs_metrics())
 

@@ -169,14 +169,16 @@ class Tracker:
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
         *, baseline: str | None = None, params: dict[str, Any] | None = None, start_time: float | None = None,
-        history: list[dict[str, float]] | None = None, status: str | None = None,
+        end_time: float | None = None, history: list[dict[str, float]] | None = None, status: str | None = None,
     ) -> str:
         """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
 
         ``result`` is a ``rankitect.search.TrialResult`` (or has its attributes); returns the run id.
         Without ``parent_id`` the run stands alone (``rankitect train``). ``params``: more run
-        parameters (the architecture choices, the data settings); ``start_time``: when the trial
-        started (``time.time()``; default: its training seconds ago), the run ends now;
+        parameters (the architecture choices, the data settings); ``start_time`` and ``end_time``:
+        when the trial itself started and ended (``time.time()``; default: it ended now and started
+        its training seconds before), so the run's duration in MLflow is the trial's own, not the
+        time it waited to be recorded;
         ``history``: the validation metrics at each step (``{"step": s, "val/ne": ...}``), logged
         under their own names at their steps, before the final values at the last step. ``status``
         (default: by the result's status, see :data:`RUN_STATUS`) may be KILLED: a trial its
@@ -190,7 +192,7 @@ class Tracker:
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
         tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
-        end = time.time()
+        end = end_time if end_time is not None else time.time()
         start = start_time if start_time is not None else end - float(result.train_seconds or 0.0)
         run = self.client.create_run(self.experiment_id, run_name=baseline or h, tags=tags,
                                      start_time=int(start * 1000))
