@@ -7,11 +7,12 @@ The experiment is tagged for model training (``mlflow.experimentKind``), not Gen
 shared view of its runs table (:data:`VIEW_KEY`: the metric columns, best test NE first) that
 :meth:`Tracker.runs_view_path` opens in MLflow's model-training UI.
 
-Parent run (tags ``rankitect.kind=search``, ``rankitect.strategy``, ``rankitect.space``): the
-flattened config as params (long values cut, the full config in ``config.yaml``), ``space.json``,
-and at the end ``pareto.csv``, ``pareto.png``, the Pareto table as an MLflow table
-(``pareto.json``), ``best_genotype.json``, ``search_state.json`` and the winner's metrics under the
-candidates' names. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
+Parent run (named by strategy, space, data and start time; tags ``rankitect.kind=search``,
+``rankitect.strategy``, ``rankitect.space``, ``rankitect.data``): the flattened config as params
+(long values cut, the full config in ``config.yaml``), ``space.json``, and at the end
+``pareto.csv``, ``pareto.png`` (also an MLflow image, key ``pareto``, among the run's charts), the
+Pareto table as an MLflow table (``pareto.json``), ``best_genotype.json``, ``search_state.json``,
+the winner's metrics under the candidates' names and its name as tag ``rankitect.winner``. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
 ``baseline`` or ``finetune``): params ``genotype_hash`` and every architecture choice under the
 space's flat label (``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation
 step), ``test/ne``, ``test/auc``, ``test/logloss``, ``mflops``, ``params``, ``train_seconds``,
@@ -47,7 +48,9 @@ from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE, save_weig
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-KIND, STRATEGY, SPACE = "rankitect.kind", "rankitect.strategy", "rankitect.space"
+KIND, STRATEGY, SPACE, DATA = "rankitect.kind", "rankitect.strategy", "rankitect.space", "rankitect.data"
+WINNER = "rankitect.winner"  # on a search run: its winner's name (a baseline's name or a genotype hash)
+EXPANDED = 10  # searches whose candidates the shared view shows expanded under them, newest first
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
@@ -155,16 +158,36 @@ class Tracker:
         """
         strategy_name = strategy if isinstance(strategy, str) else strategy.name
         space_name = space if isinstance(space, str) else getattr(space, "name", type(space).__name__)
-        run = self.client.create_run(
-            self.experiment_id, run_name=name or f"{strategy_name}-{space_name}",
-            tags={KIND: "search", STRATEGY: strategy_name, SPACE: space_name},
-        )
+        source = str((config.get("data") or {}).get("source") or "")
+        started = time.time()
+        # a name that tells searches apart in MLflow's list and in `rankitect runs`
+        default = "-".join(p for p in (strategy_name, space_name, data_name(source),
+                                        time.strftime("%Y%m%d-%H%M%S", time.localtime(started))) if p)
+        tags = {KIND: "search", STRATEGY: strategy_name, SPACE: space_name}
+        if source:
+            tags[DATA] = _cut(source, MAX_TAG_CHARS)
+        run = self.client.create_run(self.experiment_id, run_name=name or default, tags=tags,
+                                     start_time=int(started * 1000))
         run_id = run.info.run_id
+        self._expand_in_view(run_id)
         self._log(run_id, params={k: _cut(str(v), MAX_PARAM_CHARS) for k, v in flatten(config).items()})
         self.client.log_text(run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
         if not isinstance(space, str) and hasattr(space, "to_dict"):
             self.client.log_dict(run_id, space.to_dict(), "space.json")
         return run_id
+
+    def _expand_in_view(self, run_id: str) -> None:
+        """Show the candidates of search ``run_id`` expanded under it in the experiment's shared view
+        (with the :data:`EXPANDED` newest searches); older searches stay one collapsed row each."""
+        key = f"mlflow.sharedViewState.{VIEW_KEY}"
+        try:
+            state = json.loads(self.client.get_experiment(self.experiment_id).tags.get(key) or "{}")
+        except ValueError:  # a view edited by hand into something else: start it again
+            state = {}
+        expanded = [r for r in state.get("runsExpanded", {}) if r != run_id][-(EXPANDED - 1):] + [run_id]
+        state = {**json.loads(_view_state()), **{k: v for k, v in state.items() if k == "selectedColumns"}}
+        self.client.set_experiment_tag(self.experiment_id, key, json.dumps({**state, "runsExpanded":
+                                                                            dict.fromkeys(expanded, True)}))
 
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
@@ -395,8 +418,9 @@ class Tracker:
             pareto_df.to_csv(Path(tmp) / "pareto.csv", index=False)
             self.client.log_artifact(parent_id, str(Path(tmp) / "pareto.csv"))
             if len(pareto_df):
-                self.client.log_artifact(parent_id, str(plot_pareto(pareto_df, Path(tmp) / "pareto.png", title=plot_title,
-                                                                  floor=floor)))
+                png = plot_pareto(pareto_df, Path(tmp) / "pareto.png", title=plot_title, floor=floor)
+                self.client.log_artifact(parent_id, str(png))
+                self._log_chart(parent_id, png)
         self.client.log_dict(parent_id, state, "search_state.json")
         if best_arch is not None:
             self.client.log_text(parent_id, _genotype_text(best_arch), "best_genotype.json")
@@ -406,38 +430,61 @@ class Tracker:
             row = winner.iloc[0]
             metrics = {k: float(row[c]) for k, c in WINNER_METRICS.items() if c in row and pd.notna(row[c])}
             self._log(parent_id, metrics=metrics)
+            self.client.set_tag(parent_id, WINNER, str(row["name"]))
         self.client.set_terminated(parent_id, status)
 
+    def _log_chart(self, run_id: str, png: Path) -> None:
+        """The NE-vs-FLOPs plot as an MLflow image of the run (key ``pareto``): shown among the
+        run's charts, beside the ``pareto.png`` artifact."""
+        import numpy as np
+        from matplotlib.image import imread
+
+        image = (np.clip(imread(png)[..., :3], 0.0, 1.0) * 255).round().astype(np.uint8)  # (H, W, 3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # MLflow's notes on image formats
+            self.client.log_image(run_id, image, key="pareto", step=0)
+
     def runs_table(self, parent_id: str | None = None) -> pd.DataFrame:
-        """Candidate and baseline runs of one search (or of the whole experiment), best test NE first."""
+        """Candidate and baseline runs of one search (or of the whole experiment), best test NE first.
+
+        ``status`` is the trial's own (``ok``, ``failed``, ``pruned``: stopped early by the search),
+        or MLflow's where a run has none (``running``, ``killed``); ``winner`` marks the search's winner."""
         if parent_id is not None and not parent_id.isalnum():
             from rankitect.errors import UserError
 
             raise UserError(f"{parent_id!r} is not an MLflow run id (letters and digits; a setting is key=value)")
         query = f"tags.`{PARENT}` = '{parent_id}'" if parent_id else f"tags.`{KIND}` != 'search'"
+        winners = self._winners(parent_id)
         rows = []
         for run in self._find_runs(query):
             m, t = run.data.metrics, run.data.tags
             rows.append({
                 "run_id": run.info.run_id, "parent_id": t.get(PARENT), "kind": t.get(KIND),
-                "name": run.info.run_name, "genotype_hash": t.get("genotype_hash"), "status": run.info.status,
+                "name": run.info.run_name, "genotype_hash": t.get("genotype_hash"),
+                "status": _trial_status(run), "winner": _is_winner(run, winners.get(t.get(PARENT))),
                 **{k: m.get(k, math.nan) for k in METRICS}, "error": t.get("error"),
             })
-        columns = ["run_id", "parent_id", "kind", "name", "genotype_hash", "status", *METRICS, "error"]
+        columns = ["run_id", "parent_id", "kind", "name", "genotype_hash", "status", "winner", *METRICS, "error"]
         df = pd.DataFrame(rows, columns=columns)
         return df.sort_values("test/ne", kind="stable", na_position="last").reset_index(drop=True)
 
+    def _winners(self, parent_id: str | None) -> dict[str, tuple[str | None, str | None]]:
+        """Search run id -> (winner's name, winner's genotype hash) of one search or of all."""
+        runs = [self._get_run(parent_id)] if parent_id else self._find_runs(f"tags.`{KIND}` = 'search'")
+        return {r.info.run_id: (r.data.tags.get(WINNER), r.data.tags.get("best_genotype_hash")) for r in runs}
+
     def searches_table(self) -> pd.DataFrame:
-        """The searches (parent runs) of the experiment, newest first."""
+        """The searches (parent runs) of the experiment, newest first, with their data and winner."""
         rows = [{
             "run_id": r.info.run_id, "name": r.info.run_name, "strategy": r.data.tags.get(STRATEGY),
-            "space": r.data.tags.get(SPACE), "status": r.info.status,
-            "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
+            "space": r.data.tags.get(SPACE), "data": r.data.tags.get(DATA) or r.data.params.get("data.source"),
+            "status": r.info.status, "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
+            "winner": r.data.tags.get(WINNER) or r.data.tags.get("best_genotype_hash"),
             "test/ne": r.data.metrics.get("test/ne", math.nan),
             "mflops": r.data.metrics.get("mflops", math.nan),
         } for r in self._find_runs(f"tags.`{KIND}` = 'search'")]
-        df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "status", "start_time",
-                                         "test/ne", "mflops"])
+        df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "data", "status", "start_time",
+                                         "winner", "test/ne", "mflops"])
         return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
 
     def _find_runs(self, query: str) -> list[Any]:
@@ -502,14 +549,44 @@ class Tracker:
 
 
 
+def data_name(source: str) -> str:
+    """A short name of a data source for a run name: a file's or folder's name without its suffix.
+
+    >>> data_name("/work/shared/data/adult.csv"), data_name("synthetic"), data_name("")
+    ('adult', 'synthetic', '')
+    """
+    return Path(source.rstrip("/")).stem if source else ""
+
+
+def _trial_status(run: Any) -> str:
+    """The trial's status tag (``ok``, ``failed``, ``pruned``), else MLflow's status in lower case."""
+    status = run.data.tags.get("rankitect.status")
+    if status and run.info.status in ("FINISHED", "FAILED", "KILLED"):
+        return status
+    return str(run.info.status).lower()
+
+
+def _is_winner(run: Any, winner: tuple[str | None, str | None] | None) -> bool:
+    """Whether ``run`` is its search's winner: by name where the search recorded it (a baseline and
+    a candidate may share a genotype), else by genotype hash."""
+    if winner is None or run.data.tags.get(KIND) not in ("candidate", "baseline") or run.info.status != "FINISHED":
+        return False
+    name, h = winner
+    if name is not None:
+        return run.info.run_name == name
+    return h is not None and run.data.tags.get("genotype_hash") == h
+
+
 def _table_safe(df: pd.DataFrame) -> pd.DataFrame:
     """The table with JSON-friendly cells (numpy booleans and NaN become plain values)."""
     return df.astype(object).where(pd.notna(df), None)
 
 
 def _view_state() -> str:
-    """The shared runs-table view (MLflow's persisted UI state): metric columns, best test NE first,
-    child runs expanded under their search."""
+    """The shared runs-table view (MLflow's persisted UI state): metric columns, searches newest first
+    with their child runs nested under them (:meth:`Tracker._expand_in_view` expands the newest)."""
     columns = [f"metrics.`{m}`" for m in VIEW_COLUMNS]
-    return json.dumps({"searchFilter": "", "orderByKey": "metrics.`test/ne`", "orderByAsc": True,
+    # Newest first by start time: MLflow's list nests child runs under their parent only when it is
+    # ordered by start time (ordered by a metric it is one flat list of every search's candidates).
+    return json.dumps({"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
                        "selectedColumns": ["attributes.`Source`", *columns], "runsHiddenMode": "SHOW_ALL"})
