@@ -170,3 +170,53 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    """Whether every pid has ended within ``timeout`` seconds (a bounded retry on the real condition)."""
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_ui_server_group_ends_when_the_command_is_killed_with_sigkill(tmp_path: Path) -> None:
+    """`kill -9` of the command runs no handler of its own: the group's leader sees its pipe close
+    and stops the server, and the worker that ignores SIGTERM is killed after the grace period."""
+    pids = tmp_path / "pids"
+    runner = ("import sys; from rankitect.track import store; store.STOP_GRACE_S = 1.0; "
+              f"sys.exit(store.serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", runner], env=env)
+    deadline = time.monotonic() + 120
+    while not (pids.is_file() and len(pids.read_text().split()) == 2):  # the group is up
+        assert proc.poll() is None and time.monotonic() < deadline, "the server group did not start"
+        time.sleep(0.05)
+    server, worker = map(int, pids.read_text().split())
+    group = os.getpgid(server)
+    assert group != os.getpgid(proc.pid) and os.getpgid(worker) == group  # a process group of its own
+    proc.kill()
+    proc.wait()
+    assert _gone([server, worker], timeout=60), "the UI server outlived `kill -9` of its command"
+
+
+def test_ui_refuses_a_busy_port_and_a_store_that_does_not_exist(tmp_path: Path, capsys) -> None:
+    import socket
+
+    from rankitect.track import Tracker
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    Tracker(uri)
+    with socket.socket() as other:  # another server holds the port
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        assert main(["ui", "--port", str(port), f"track.uri={uri}"]) == 2
+    captured = capsys.readouterr()
+    assert f"port {port}" in captured.err and "in use" in captured.err and "http://" not in captured.out
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    assert main(["ui", "--port", str(port), f"track.uri=sqlite:///{missing}"]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not missing.parent.exists()  # ui creates no store
