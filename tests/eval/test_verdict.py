@@ -116,3 +116,17 @@ def test_closing_lines_say_when_no_candidate_beat_the_best_baseline_on_validatio
     assert second.startswith("best candidate beef by validation objective:")
     assert second.endswith("not the winner: its validation objective (FLOPs penalty included) is not below "
                            "the best baseline's")
+
+
+def test_a_winner_off_the_test_front_is_explained_by_the_model_that_beats_it() -> None:
+    from rankitect.eval.pareto import front_note
+
+    # the rule kept dlrm (chosen on validation); on test the cheaper cccc beats it: off the front
+    table = pareto_table([("cccc", _r(0.73, 0.80, mflops=0.5)), ("dddd", _r(0.74, 0.79, mflops=0.8))],
+                         {"dlrm": _r(0.72, 0.82, mflops=1.0)}, winner=("baseline", "dlrm"))
+    assert not table.loc[table["winner"], "on_front"].item()
+    note = front_note(table)
+    assert note.startswith("the winner dlrm is off the test_ne front (cccc: test_ne 0.8000 at 0.5 MFLOPs")
+    assert "chosen on validation" in note
+    on = pareto_table([("cccc", _r(0.70, 0.80, mflops=0.5))], {"dlrm": _r(0.72, 0.82, mflops=1.0)})
+    assert on.loc[on["winner"], "on_front"].item() and front_note(on) is None

@@ -132,6 +132,13 @@ def test_child_runs_carry_real_times_choices_and_one_curve_name(store, search):
     curve = client.get_metric_history(run_id, "val/ne")
     assert [(m.step, m.value) for m in curve] == [(10, 0.9), (20, 0.8), (20, 0.7)]
     assert run.data.metrics["val/ne"] == 0.7  # the final score is the latest value
+    # a trial recorded long after it ended (a baseline waiting for its turn) spans its own start and end
+    start = before - 3600.0
+    late = tracker.log_trial(parent, arch, result, start_time=start, end_time=start + 444.6, history=history)
+    info = client.get_run(late).info
+    assert (info.start_time, info.end_time) == (int(start * 1000), int((start + 444.6) * 1000))
+    stamps = [m.timestamp for m in client.get_metric_history(late, "val/ne")]
+    assert all(info.start_time <= t <= info.end_time for t in stamps[:-1])  # the curve within the span
 
 
 def test_children_are_nested_with_metrics_params_status_and_genotype(search):
