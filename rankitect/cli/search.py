@@ -1,7 +1,8 @@
 """``rankitect search``: search architectures (NE vs FLOPs), every candidate tracked in MLflow.
 
-Prints the candidates' table, the Bayes-optimal floor when the data knows it, the winner and the
-verdict, and logs the winner as an MLflow pyfunc that scores raw feature columns.
+Prints the candidates' table, the Bayes-optimal floor when the data knows it, and closes with the
+winner the rule chose against the best baseline (and the best candidate apart when it lost, and
+why); logs the winner as an MLflow pyfunc that scores raw feature columns.
 """
 
 from __future__ import annotations
