@@ -87,6 +87,8 @@ def export_model(
     (out / "weights.pt").unlink(missing_ok=True)
     # As bytes through a plain write: safetensors' own save_file creates its file mode 0600, and
     # every file of an export should share one mode, the one the umask gives new files.
+    # (a new file, not one an older export made 0600 and a write would keep so)
+    (out / "model.safetensors").unlink(missing_ok=True)
     (out / "model.safetensors").write_bytes(save(state, metadata={"architecture": arch.hash}))
     if data is not None:
         # the reader's preprocessing must be the model's; the dense statistics are the model's own

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from rankitect.data import open_data
+from rankitect.data.spec import FeatureSpec
 from rankitect.export import export_model
 from rankitect.export.exporter import FILES
-from rankitect.space import build_model
+from rankitect.space import Architecture, build_model
 from rankitect.space.baselines import get_baseline
 from tests.export.conftest import import_file
 from tests.export.test_raw_rows import _write_csv
@@ -73,3 +74,9 @@ def test_every_exported_file_has_the_mode_of_a_new_file(exported: tuple[Path, li
     os.umask(umask)
     modes = {name: (out / name).stat().st_mode & 0o777 for name in FILES}
     assert set(modes.values()) == {0o666 & ~umask}, modes
+    # exporting again over an older export whose weights were 0600 gives them the same mode again
+    (out / "model.safetensors").chmod(0o600)
+    arch = Architecture.from_json((out / "genotype.json").read_text())
+    spec = FeatureSpec.load(out / "feature_spec.json")
+    export_model(build_model(arch, spec), arch, spec, out)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
