@@ -8,7 +8,8 @@ shared view of its runs table (:data:`VIEW_KEY`: the metric columns, best test N
 :meth:`Tracker.runs_view_path` opens in MLflow's model-training UI.
 
 Parent run (named by strategy, space, data and start time; tags ``rankitect.kind=search``,
-``rankitect.strategy``, ``rankitect.space``, ``rankitect.data``): the flattened config as params
+``rankitect.strategy``, ``rankitect.space``, ``rankitect.data``, and ``rankitect.search``, its
+name, which every run of the search carries too: the shared view groups the runs list by it): the flattened config as params
 (long values cut, the full config in ``config.yaml``), ``space.json``, and at the end
 ``pareto.csv``, ``pareto.png`` (also an MLflow image, key ``pareto``, among the run's charts), the
 Pareto table as an MLflow table (``pareto.json``), ``best_genotype.json``, ``search_state.json``,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 KIND, STRATEGY, SPACE, DATA = "rankitect.kind", "rankitect.strategy", "rankitect.space", "rankitect.data"
 WINNER = "rankitect.winner"  # on a search run: its winner's name (a baseline's name or a genotype hash)
-EXPANDED = 10  # searches whose candidates the shared view shows expanded under them, newest first
+SEARCH = "rankitect.search"  # on a search run and all its runs: the search's name (the view groups by it)
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
@@ -131,6 +132,7 @@ class Tracker:
             # Creating a SQLite store runs its schema migrations: two processes doing it at once
             # (a shared search starting) corrupt each other, so the first use is serialized.
             self.client: MlflowClient = MlflowClient(tracking_uri=self.uri)
+            self._searches: dict[str, str] = {}  # parent run id -> its search's name
             self.experiment = experiment
             found = self.client.get_experiment_by_name(experiment)
             if found is not None:
@@ -141,7 +143,7 @@ class Tracker:
             tags = {} if found is None else found.tags
             if tags.get(EXPERIMENT_KIND[0]) is None:
                 self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
-            if tags.get(f"mlflow.sharedViewState.{VIEW_KEY}") is None:
+            if tags.get(f"mlflow.sharedViewState.{VIEW_KEY}") != _view_state():  # new, or an older one
                 self.client.set_experiment_tag(self.experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", _view_state())
 
     def runs_view_path(self) -> str:
@@ -163,31 +165,24 @@ class Tracker:
         # a name that tells searches apart in MLflow's list and in `rankitect runs`
         default = "-".join(p for p in (strategy_name, space_name, data_name(source),
                                         time.strftime("%Y%m%d-%H%M%S", time.localtime(started))) if p)
-        tags = {KIND: "search", STRATEGY: strategy_name, SPACE: space_name}
+        tags = {KIND: "search", STRATEGY: strategy_name, SPACE: space_name, SEARCH: name or default}
         if source:
             tags[DATA] = _cut(source, MAX_TAG_CHARS)
         run = self.client.create_run(self.experiment_id, run_name=name or default, tags=tags,
                                      start_time=int(started * 1000))
         run_id = run.info.run_id
-        self._expand_in_view(run_id)
         self._log(run_id, params={k: _cut(str(v), MAX_PARAM_CHARS) for k, v in flatten(config).items()})
         self.client.log_text(run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
         if not isinstance(space, str) and hasattr(space, "to_dict"):
             self.client.log_dict(run_id, space.to_dict(), "space.json")
         return run_id
 
-    def _expand_in_view(self, run_id: str) -> None:
-        """Show the candidates of search ``run_id`` expanded under it in the experiment's shared view
-        (with the :data:`EXPANDED` newest searches); older searches stay one collapsed row each."""
-        key = f"mlflow.sharedViewState.{VIEW_KEY}"
-        try:
-            state = json.loads(self.client.get_experiment(self.experiment_id).tags.get(key) or "{}")
-        except ValueError:  # a view edited by hand into something else: start it again
-            state = {}
-        expanded = [r for r in state.get("runsExpanded", {}) if r != run_id][-(EXPANDED - 1):] + [run_id]
-        state = {**json.loads(_view_state()), **{k: v for k, v in state.items() if k == "selectedColumns"}}
-        self.client.set_experiment_tag(self.experiment_id, key, json.dumps({**state, "runsExpanded":
-                                                                            dict.fromkeys(expanded, True)}))
+    def _search_of(self, parent_id: str) -> str:
+        """The search name of the runs under ``parent_id`` (its tag :data:`SEARCH`, else its name)."""
+        if parent_id not in self._searches:
+            run = self._get_run(parent_id)
+            self._searches[parent_id] = run.data.tags.get(SEARCH) or run.info.run_name
+        return self._searches[parent_id]
 
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
@@ -210,7 +205,7 @@ class Tracker:
         h = _hash_of(arch)
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
         if parent_id is not None:
-            tags[PARENT] = parent_id
+            tags[PARENT], tags[SEARCH] = parent_id, self._search_of(parent_id)
         tags["rankitect.status"] = result.status
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
@@ -500,7 +495,8 @@ class Tracker:
 
     def start_child_run(self, parent_id: str, name: str, kind: str) -> str:
         """A child run of the search ``parent_id`` tagged ``rankitect.kind=kind`` (e.g. ``supernet``)."""
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={KIND: kind, PARENT: parent_id})
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={KIND: kind, PARENT: parent_id, SEARCH: self._search_of(parent_id)})
         return run.info.run_id
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
@@ -583,10 +579,12 @@ def _table_safe(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _view_state() -> str:
-    """The shared runs-table view (MLflow's persisted UI state): metric columns, searches newest first
-    with their child runs nested under them (:meth:`Tracker._expand_in_view` expands the newest)."""
+    """The shared runs-table view (MLflow's persisted UI state): metric columns, best test NE first,
+    the runs grouped by their search (tag :data:`SEARCH`), every group expanded."""
     columns = [f"metrics.`{m}`" for m in VIEW_COLUMNS]
-    # Newest first by start time: MLflow's list nests child runs under their parent only when it is
-    # ordered by start time (ordered by a metric it is one flat list of every search's candidates).
-    return json.dumps({"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
-                       "selectedColumns": ["attributes.`Source`", *columns], "runsHiddenMode": "SHOW_ALL"})
+    # Grouped by search (its tag on every run of it), each group's row showing the best of its runs:
+    # MLflow nests child runs under their parent only when ordered by start time, and collapsed.
+    group = {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": SEARCH}]}
+    return json.dumps({"searchFilter": "", "orderByKey": "metrics.`test/ne`", "orderByAsc": True,
+                       "selectedColumns": ["attributes.`Source`", *columns], "runsHiddenMode": "SHOW_ALL",
+                       "groupBy": group})

@@ -110,9 +110,12 @@ def test_experiment_is_for_model_training_with_a_metric_view(store, search):
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.rankitect"])
     assert {"metrics.`test/ne`", "metrics.`mflops`"} <= set(view["selectedColumns"])
-    # MLflow nests child runs under their search only when its list is ordered by start time
-    assert view["orderByKey"] == "attributes.start_time" and view["searchFilter"] == ""
-    assert search[0] in view["runsExpanded"]  # the newest searches are shown expanded
+    # the runs list grouped by search: every run of a search carries its name, the search run too
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "rankitect.search"}]
+    parent, children = search[0], search[1]
+    name = client.get_run(parent).info.run_name
+    assert client.get_run(parent).data.tags["rankitect.search"] == name
+    assert {client.get_run(c).data.tags["rankitect.search"] for c in children} == {name}
     assert "viewStateShareKey=rankitect" in tracker.runs_view_path()
     assert "workflowType=machine_learning" in tracker.runs_view_path()
 
