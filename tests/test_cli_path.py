@@ -220,3 +220,25 @@ def test_ui_refuses_a_busy_port_and_a_store_that_does_not_exist(tmp_path: Path, 
     assert main(["ui", "--port", str(port), f"track.uri=sqlite:///{missing}"]) == 2
     assert str(missing) in capsys.readouterr().err
     assert not missing.parent.exists()  # ui creates no store
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_ui_is_quiet_unless_verbose(tmp_path: Path, monkeypatch, capsys, verbose: bool) -> None:
+    """Without -v the server is started without its request log and with warnings off; with -v as is."""
+    import socket
+
+    from rankitect.track import Tracker, store
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    Tracker(uri)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(store, "serve_ui", lambda argv, env: started.append((argv, env)) or 0)
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+    assert main(["ui", "--port", str(port), f"track.uri={uri}", *(["-v"] if verbose else [])]) == 0
+    (argv, env), = started
+    assert ("--no-access-log" in " ".join(argv)) is not verbose
+    assert (env.get("PYTHONWARNINGS") == "ignore") is not verbose
+    assert f"http://127.0.0.1:{port}/" in capsys.readouterr().out
