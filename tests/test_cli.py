@@ -37,6 +37,29 @@ def test_wrong_type_exits_2_without_traceback(tmp_path: Path) -> None:
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("line", [
+    ["data.rows=0", "data", "synth", "data.rows=2000"],  # an override repeated, anywhere on the line
+    ["data", "synth", "data.rows=2000", "data.rows=2000"],  # even with the same value: one was a slip
+])
+def test_a_key_given_twice_exits_2_naming_both_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      line: list[str]) -> None:
+    out = tmp_path / "synth"
+    code = main([*line, "-o", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    values = [a for a in line if a.startswith("data.rows=")]
+    assert "'data.rows' given twice" in err and all(v in err for v in values)
+    assert not out.exists()
+
+
+def test_a_flag_and_an_override_of_one_key_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["search", "--trials", "3", "search.trials=5", f"track.uri=sqlite:///{tmp_path}/m.db"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "search.trials=3" in err and "search.trials=5" in err
+    assert not list(tmp_path.iterdir())  # refused before a store or a search was made
+
+
 def test_data_synth_then_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "synth"
     assert main(["data", "synth", "--rows", "2000", "--seed", "3", "-o", str(out)]) == 0

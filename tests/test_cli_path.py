@@ -77,7 +77,9 @@ def test_finetune_uses_the_runs_data_and_refuses_other_data(trained: dict, capsy
 def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"  # a scratch directory: the search must leave it empty
+    work.mkdir()
+    monkeypatch.chdir(work)
     uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
     argv = ["search", f"track.uri={uri}", "--strategy", "random", "--trials", "1", "train.max_epochs=2",
             f"data.source={learnable_source()}",
@@ -108,7 +110,16 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
                         | {f.name: batch.sparse_ids()[:, j].tolist() for j, f in enumerate(data.spec.sparse)})
     mlflow.set_tracking_uri(uri)
     try:
-        got = mlflow.pyfunc.load_model(model_uri).predict(rows)
+        logged_model = mlflow.pyfunc.load_model(model_uri)
+        got = logged_model.predict(rows)
+        first = rows.columns[0]
+        with pytest.raises(ValueError, match=f"row 0: unknown column '{first}x'"):
+            logged_model.predict(rows.rename(columns={first: f"{first}x"}))
+        with pytest.raises(ValueError, match=f"row 0: no column '{first}'"):
+            logged_model.predict(rows.drop(columns=[first]))
+        # the opt-in: an absent column is scored as the missing value an empty field is
+        absent = logged_model.predict(rows.drop(columns=[first]), params={"allow_missing": True})
+        assert absent == logged_model.predict(rows.assign(**{first: None}))
     finally:
         mlflow.set_tracking_uri(None)
     net = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
@@ -116,6 +127,12 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     with torch.no_grad():
         expected = torch.sigmoid(net.eval()(batch))
     assert torch.allclose(torch.tensor(got), expected, atol=1e-6)
+    # the logged model and every artifact live under the store, in the search's experiment
+    assert sorted(p.name for p in work.iterdir()) == []
+    client = MlflowClient(uri)
+    logged = client.search_logged_models(experiment_ids=[e.experiment_id for e in client.search_experiments()])
+    assert [m.experiment_id for m in logged] == [client.get_experiment_by_name("rankitect").experiment_id]
+    assert Path(logged[0].artifact_location.removeprefix("file://")).is_relative_to(tmp_path / "elsewhere")
 
 
 GROUP = """
@@ -153,3 +170,75 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    """Whether every pid has ended within ``timeout`` seconds (a bounded retry on the real condition)."""
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_ui_server_group_ends_when_the_command_is_killed_with_sigkill(tmp_path: Path) -> None:
+    """`kill -9` of the command runs no handler of its own: the group's leader sees its pipe close
+    and stops the server, and the worker that ignores SIGTERM is killed after the grace period."""
+    pids = tmp_path / "pids"
+    runner = ("import sys; from rankitect.track import store; store.STOP_GRACE_S = 1.0; "
+              f"sys.exit(store.serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", runner], env=env)
+    deadline = time.monotonic() + 120
+    while not (pids.is_file() and len(pids.read_text().split()) == 2):  # the group is up
+        assert proc.poll() is None and time.monotonic() < deadline, "the server group did not start"
+        time.sleep(0.05)
+    server, worker = map(int, pids.read_text().split())
+    group = os.getpgid(server)
+    assert group != os.getpgid(proc.pid) and os.getpgid(worker) == group  # a process group of its own
+    proc.kill()
+    proc.wait()
+    assert _gone([server, worker], timeout=60), "the UI server outlived `kill -9` of its command"
+
+
+def test_ui_refuses_a_busy_port_and_a_store_that_does_not_exist(tmp_path: Path, capsys) -> None:
+    import socket
+
+    from rankitect.track import Tracker
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    Tracker(uri)
+    with socket.socket() as other:  # another server holds the port
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        assert main(["ui", "--port", str(port), f"track.uri={uri}"]) == 2
+    captured = capsys.readouterr()
+    assert f"port {port}" in captured.err and "in use" in captured.err and "http://" not in captured.out
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    assert main(["ui", "--port", str(port), f"track.uri=sqlite:///{missing}"]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not missing.parent.exists()  # ui creates no store
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_ui_is_quiet_unless_verbose(tmp_path: Path, monkeypatch, capsys, verbose: bool) -> None:
+    """Without -v the server is started without its request log and with warnings off; with -v as is."""
+    import socket
+
+    from rankitect.track import Tracker, store
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    Tracker(uri)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(store, "serve_ui", lambda argv, env: started.append((argv, env)) or 0)
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+    assert main(["ui", "--port", str(port), f"track.uri={uri}", *(["-v"] if verbose else [])]) == 0
+    (argv, env), = started
+    assert ("--no-access-log" in " ".join(argv)) is not verbose
+    assert (env.get("PYTHONWARNINGS") == "ignore") is not verbose
+    assert f"http://127.0.0.1:{port}/" in capsys.readouterr().out

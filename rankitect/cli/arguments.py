@@ -37,11 +37,29 @@ def flag_overrides(args: argparse.Namespace, mapping: dict[str, str]) -> list[st
 
 
 def explicit_keys(path: str | None, overrides: list[str]) -> set[str]:
-    """The dotted config keys a user set (in ``-c FILE`` or as overrides), not left at their default."""
-    from rankitect.config import _read_yaml, flatten
+    """The dotted config keys a user set (in ``-c FILE`` or as overrides), not left at their default.
 
-    keys = {o.partition("=")[0].strip() for o in overrides}
-    return keys | (set(flatten(_read_yaml(path))) if path else set())
+    A key given twice on the line (two overrides, or a flag and an override) is a ``ConfigError``
+    naming it and both values: a script that appends overrides would otherwise lose one unseen.
+
+    >>> sorted(explicit_keys(None, ["data.rows=2000", "search.trials=8"]))
+    ['data.rows', 'search.trials']
+    >>> explicit_keys(None, ["data.rows=0", "search.trials=8", "data.rows=2000"])
+    Traceback (most recent call last):
+    ...
+    rankitect.errors.ConfigError: config key 'data.rows' given twice: data.rows=0 and data.rows=2000
+    """
+    from rankitect.config import _read_yaml, flatten
+    from rankitect.errors import ConfigError
+
+    given: dict[str, str] = {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.strip()
+        if key in given:
+            raise ConfigError(f"config key {key!r} given twice: {key}={given[key]} and {key}={value}")
+        given[key] = value
+    return set(given) | (set(flatten(_read_yaml(path))) if path else set())
 
 
 def set_threads(cfg: Config) -> None:

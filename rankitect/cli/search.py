@@ -1,7 +1,8 @@
 """``rankitect search``: search architectures (NE vs FLOPs), every candidate tracked in MLflow.
 
-Prints the candidates' table, the Bayes-optimal floor when the data knows it, the winner and the
-verdict, and logs the winner as an MLflow pyfunc that scores raw feature columns.
+Prints the candidates' table, the Bayes-optimal floor when the data knows it, and closes with the
+winner the rule chose against the best baseline (and the best candidate apart when it lost, and
+why); logs the winner as an MLflow pyfunc that scores raw feature columns.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _log_winner_model(runner: Any, outcome: Any) -> None:
 
 
 def _print_outcome(outcome: Any, runner: Any) -> None:
-    from rankitect.eval.pareto import verdict
+    from rankitect.eval.pareto import front_note, verdict
     from rankitect.track.store import store_args
 
     cols = ["name", "kind", "status", "val_ne", "test_ne", "test_auc", "mflops", "params", "objective", "on_front", "winner"]
@@ -96,14 +97,15 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
     bayes = runner.data.split("test").bayes_ne
     if bayes is not None:
         print(f"\nBayes-optimal test NE (the floor): {bayes:.4f}")
-    winner = outcome.table[outcome.table["winner"]]
-    if outcome.best is not None and len(winner):
-        row = winner.iloc[0]
-        print(f"found {outcome.best.hash}: test NE {row['test_ne']:.4f}, test AUC {row['test_auc']:.4f}, "
-              f"{row['mflops']:.3f} MFLOPs per example")
     if outcome.best is not None:
         print(f"best genotype: {outcome.out_dir / 'best_genotype.json'}")
-    print(verdict(outcome.table))
+    # the closing lines: the winner the rule chose (what export and the logged model hold), against
+    # the best baseline; the best candidate apart when it lost, and why
+    choice = getattr(outcome, "choice", None)
+    print("\n".join(choice.lines(runner.cfg.search.min_gain_se)) if choice is not None else verdict(outcome.table))
+    note = front_note(outcome.table)
+    if note is not None:
+        print(note)
     if outcome.spending:
         spent = outcome.spending
         parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)

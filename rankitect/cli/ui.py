@@ -1,4 +1,10 @@
-"""``rankitect ui``: the MLflow UI on the run store, opened on the searches and their candidates."""
+"""``rankitect ui``: the MLflow UI on the run store, opened on the searches and their candidates.
+
+The store must exist (``ui`` creates none) and the port must be free (a port in use is an error
+naming it, not the other server's page). The server runs in a process group of its own that ends
+with the command however the command ends (:func:`~rankitect.track.store.serve_ui`). Without
+``-v`` the server prints errors only: no request log, no third-party warnings.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ from typing import Any
 
 from rankitect.cli.arguments import add_config_args
 from rankitect.config import Config
+
+QUIET_UVICORN = "--no-access-log --log-level warning"
 
 
 def add_commands(sub: Any) -> None:
@@ -19,14 +27,24 @@ def add_commands(sub: Any) -> None:
 
 
 def cmd_ui(args: argparse.Namespace, cfg: Config) -> int:
-    from rankitect.track import Tracker, resolve_uri, ui_command
-    from rankitect.track.store import serve_ui
+    from rankitect.cli.tracked import open_tracker
+    from rankitect.errors import UserError
+    from rankitect.track import ui_command
+    from rankitect.track.store import check_port, serve_ui
+    from rankitect.verbosity import QUIET_ENV
 
-    argv = ui_command(cfg.track.uri, host=args.host, port=args.port)
+    try:
+        argv = ui_command(cfg.track.uri, host=args.host, port=args.port)
+    except ValueError as e:
+        raise UserError(f"--port {args.port}: {e}") from None
+    tracker = open_tracker(cfg)  # a store that does not exist is an error naming it, never created
+    check_port(args.host, args.port)
     # One worker and no background job runners: a local UI starts in about a second and stops
     # cleanly on Ctrl-C (the defaults start a dozen processes that outlive SIGTERM).
     env = {"MLFLOW_WORKERS": "1", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    print(f"MLflow UI for {resolve_uri(cfg.track.uri)}: searches and their candidates at "
+    if os.environ.get(QUIET_ENV):  # no -v: no request log, no deprecation warnings of the server's libraries
+        argv += ["--uvicorn-opts", QUIET_UVICORN]
+        env["PYTHONWARNINGS"] = "ignore"
+    print(f"MLflow UI for {tracker.uri}: searches and their candidates at "
           f"http://{args.host}:{args.port}/{tracker.runs_view_path()} (Ctrl-C stops it)", flush=True)
     return serve_ui(argv, env)

@@ -114,28 +114,61 @@ def pareto_table(
     return df.sort_values(y, kind="stable", na_position="last").reset_index(drop=True)
 
 
-def verdict(df: pd.DataFrame, y: str = "test_ne") -> str:
-    """One plain sentence: the winner's relative ``y`` difference to the best baseline, with its sign,
-    or that no candidate beat the best baseline.
+def verdict(df: pd.DataFrame) -> str:
+    """The closing lines of a search, from its table: the winner (the row marked ``winner``, what
+    the search's rule chose and what it exports) with its validation and test NE and their relative
+    change against the best baseline (the ok baseline with the lowest objective, the one the rule
+    measures candidates against); then, when the best candidate by objective is not the winner, that
+    candidate on a line of its own.
 
-    ``df`` is a :func:`pareto_table`; the best baseline is the ok baseline with the lowest ``y``.
+    ``df`` is a :func:`pareto_table`.
     """
     ok = df[df["status"] == "ok"]
-    cands, bases = ok[ok["kind"] == "candidate"], ok[ok["kind"] == "baseline"]
-    win = ok[ok["winner"]]
-    best_cand = win.iloc[0] if len(win) and win.iloc[0]["kind"] == "candidate" else (
-        cands.loc[cands["objective"].idxmin()] if len(cands) else None)
-    if best_cand is None:
-        return "no candidate finished: nothing to compare with the baselines"
-    if not len(bases):
-        return f"winner {best_cand['name']}: {y} {best_cand[y]:.4f} (no baseline to compare with)"
-    base = bases.loc[bases[y].idxmin()]
-    change = 100 * (best_cand[y] / base[y] - 1)
-    head = (f"{best_cand['name']}: {y} {best_cand[y]:.4f}, {change:+.2f}% vs the best baseline "
-            f"{base['name']} ({base[y]:.4f})")
-    if change < 0:
-        return f"winner {head}"
-    return f"no candidate beat the best baseline; the best candidate is {head}"
+    cands, bases, win = ok[ok["kind"] == "candidate"], ok[ok["kind"] == "baseline"], ok[ok["winner"]]
+    if not len(win):
+        return "no model finished: there is no winner"
+    row = win.iloc[0]
+    base = bases.loc[bases["objective"].idxmin()] if len(bases) else None
+    head = f"winner {row['name']} ({row['kind']}): "
+    if base is None:
+        lines = [head + _versus(row, None) + " (no baseline to compare with)"]
+    elif base["name"] == row["name"] and row["kind"] == "baseline":
+        lines = [head + _versus(row, None) + "; the best baseline" + ("" if len(cands) else "; no candidate finished")]
+    else:
+        lines = [head + _versus(row, base)]
+    if len(cands):
+        top = cands.loc[cands["objective"].idxmin()]
+        if not (row["kind"] == "candidate" and top["name"] == row["name"]):
+            lines.append(f"best candidate {top['name']} by objective, not the winner: {_versus(top, row)}")
+    return "\n".join(lines)
+
+
+def front_note(df: pd.DataFrame, x: str = "mflops", y: str = "test_ne") -> str | None:
+    """Why the winner of a :func:`pareto_table` is off its front, or None when it is on it (or there
+    is none): the winner is chosen on validation (and may be the cheapest within the noise of a
+    better one), the front is drawn on ``y``, so a model may beat it there; names the one that does
+    at the least cost."""
+    win = df[df["winner"] & (df["status"] == "ok")]
+    if not len(win) or bool(win.iloc[0]["on_front"]):
+        return None
+    row = win.iloc[0]
+    ok = df[(df["status"] == "ok") & (df[x] <= row[x]) & (df[y] < row[y])]
+    if not len(ok):
+        return None
+    by = ok.sort_values([x, y]).iloc[0]
+    return (f"the winner {row['name']} is off the {y} front ({by['name']}: {y} {by[y]:.4f} at {by[x]:.4g} "
+            f"{UNITS.get(x, x)} beats it there): the winner is chosen on validation, the front is drawn on {y}")
+
+
+def _versus(row: pd.Series, ref: pd.Series | None) -> str:
+    """``row``'s validation and test NE, with their relative change against ``ref``'s."""
+    parts = []
+    for col in ("val_ne", "test_ne"):
+        text = f"{col} {row[col]:.4f}"
+        if ref is not None and np.isfinite(ref[col]) and ref[col] != 0:
+            text += f" ({100 * (row[col] / ref[col] - 1):+.2f}% vs {ref['name']}'s {ref[col]:.4f})"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 FIGSIZE, DPI = (9.0, 5.4), 120  # the PNG is FIGSIZE * DPI pixels: 1080 x 648
@@ -167,8 +200,8 @@ def pareto_figure(
 
     Every candidate is a point, the front (over candidates and baselines) a step line, baselines are
     labelled squares, the winner a star annotated with its ``y``, ``x`` and its change against the
-    best baseline. Failed trials are counted in the subtitle and, where their ``x`` is known, marked
-    along the top edge. ``x`` is on a log scale when all values are positive. Labels are nudged
+    best baseline. Pruned and failed trials (no ``y``) are counted apart in the subtitle and, where
+    their ``x`` is known, marked along the top edge, each with its own legend entry. ``x`` is on a log scale when all values are positive. Labels are nudged
     apart so that none covers another label, a point or the front.
 
     Args:
@@ -198,9 +231,13 @@ def pareto_figure(
         ax.axhline(floor, color="0.3", ls="--", lw=1, label=f"Bayes-optimal {AXIS_LABELS.get(y, y)} ({floor:.4f})")
     _set_axes(ax, ok, x, y, floor, xs[np.isfinite(xs)])
     known = failed[np.isfinite(failed[x].to_numpy(dtype=float))]
-    if len(known):  # failed trials have no y: a mark at the top edge, at their x
-        ax.scatter(known[x], np.full(len(known), 0.965), transform=ax.get_xaxis_transform(), marker="x",
-                   s=22, color="0.45", clip_on=False, label=f"failed (no {AXIS_LABELS.get(y, y)})")
+    # trials without a y, a mark at the top edge at their x: stopped early by the search (pruned, a
+    # trial that was doing well enough to run but not to finish) or failed (diverged, crashed)
+    for status, marker, color in (("pruned", "|", "tab:orange"), ("failed", "x", "0.45")):
+        some = known[_stopped(known) == status]
+        if len(some):
+            ax.scatter(some[x], np.full(len(some), 0.965), transform=ax.get_xaxis_transform(), marker=marker,
+                       s=22, color=color, clip_on=False, label=f"{status} (no {AXIS_LABELS.get(y, y)})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     fig.suptitle(title or f"{AXIS_LABELS.get(y, y)} vs {AXIS_LABELS.get(x, x)}", x=0.02, ha="left", fontsize=12)
     fig.text(0.02, 0.905, _summary(df, ok, failed), fontsize=8.5, color="0.3")
@@ -250,11 +287,18 @@ def _set_axes(ax: Any, ok: pd.DataFrame, x: str, y: str, floor: float | None, al
     ax.grid(True, which="minor", axis="x", alpha=0.1)
 
 
+def _stopped(rows: pd.DataFrame) -> pd.Series:
+    """``pruned`` or ``failed`` for each row without a point (an ok row missing a value is failed)."""
+    return rows["status"].where(rows["status"] == "pruned", "failed")
+
+
 def _summary(df: pd.DataFrame, ok: pd.DataFrame, failed: pd.DataFrame) -> str:
     n_cand = int((df["kind"] == "candidate").sum())
-    n_fail = int((failed["kind"] == "candidate").sum())
+    stopped = _stopped(failed[failed["kind"] == "candidate"])
+    n_pruned, n_fail = int((stopped == "pruned").sum()), int((stopped == "failed").sum())
     n_base = int((ok["kind"] == "baseline").sum())
-    text = (f"{n_cand} candidate{'s' * (n_cand != 1)} ({n_fail} failed), {n_base} baseline{'s' * (n_base != 1)}, "
+    counts = ", ".join([f"{n_pruned} pruned"] * (n_pruned > 0) + [f"{n_fail} failed"])
+    text = (f"{n_cand} candidate{'s' * (n_cand != 1)} ({counts}), {n_base} baseline{'s' * (n_base != 1)}, "
             f"{int(ok['on_front'].sum())} on the front")
     bad_base = failed.loc[failed["kind"] == "baseline", "name"].astype(str).tolist()
     return text + (f"; failed baselines: {', '.join(bad_base)}" if bad_base else "")

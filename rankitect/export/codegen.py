@@ -40,7 +40,9 @@ LOAD_SOURCE = '''def load(directory: str) -> ExportedModel:
 
 def load_scorer(directory: str) -> RowScorer:
     """The model of ``directory`` behind its feature preprocessing (``preprocess.json``): scores raw
-    rows, ``load_scorer(d)([{"price": 3.5, "city": "Lyon"}])`` -> click probabilities ``(B,)``."""
+    rows, ``load_scorer(d)([{"price": 3.5, "city": "Lyon"}])`` -> click probabilities ``(B,)``. A row
+    must hold every feature column and nothing else but the label (a ``ValueError`` names the
+    column); ``scorer(rows, allow_missing=True)`` scores absent columns as missing values."""
     with open(str(directory) + "/preprocess.json") as f:
         return RowScorer(load(directory), json.load(f))'''
 
@@ -95,7 +97,8 @@ def _module_docstring(plan: ExportPlan) -> str:
         f"``model(dense, sparse_ids)`` takes dense ``(B, {plan.n_dense})`` float32 and sparse ids\n"
         f"``(B, {plan.n_sparse})`` int64, both in the feature spec's storage order (``feature_spec.json``),\n"
         'and returns logits ``(B,)``. ``load_scorer(directory)`` scores raw rows (dicts of column -> value)\n'
-        'with the feature preprocessing of ``preprocess.json``; unseen categorical values get the OOV id.\n"""\n'
+        'with the feature preprocessing of ``preprocess.json``; unseen categorical values get the OOV id, an\n'
+        'unknown or absent column is an error (``allow_missing=True`` scores absent ones as missing).\n"""\n'
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
@@ -85,7 +85,11 @@ def export_model(
     state = convert_state_dict(model.state_dict(), spec)
     (out / "model.py").write_text(source)
     (out / "weights.pt").unlink(missing_ok=True)
-    save_file(state, str(out / "model.safetensors"), metadata={"architecture": arch.hash})
+    # As bytes through a plain write: safetensors' own save_file creates its file mode 0600, and
+    # every file of an export should share one mode, the one the umask gives new files.
+    # (a new file, not one an older export made 0600 and a write would keep so)
+    (out / "model.safetensors").unlink(missing_ok=True)
+    (out / "model.safetensors").write_bytes(save(state, metadata={"architecture": arch.hash}))
     if data is not None:
         # the reader's preprocessing must be the model's; the dense statistics are the model's own
         if data.spec.with_dense_stats_of(spec) != spec:

@@ -118,11 +118,19 @@ def _as_text(value: object) -> str:
 
 
 class RowScorer:
-    """Click probabilities of raw rows (dicts of column -> value) with ``preprocess.json``'s rules."""
+    """Click probabilities of raw rows (dicts of column -> value) with ``preprocess.json``'s rules.
+
+    Every row must hold every feature column, and no column but those and the label: a misspelled
+    or absent column would otherwise be scored as a missing value without a word (a serving bug
+    nobody sees). ``allow_missing=True`` scores an absent feature column as a missing value (what
+    an empty CSV field is). A value that is present but empty is always a missing value.
+    """
 
     def __init__(self, model: torch.nn.Module, preprocess: dict) -> None:
         self.model, self.pre = model, preprocess
         self.oov = int(preprocess["oov_id"])
+        self.columns = [f["name"] for f in preprocess["dense"]] + [f["name"] for f in preprocess["sparse"]]
+        self.known = set(self.columns) | ({preprocess["label"]} if preprocess.get("label") else set())
         # hash -> id for counted vocabularies: the value at position i has id i + 2
         self.vocabs = {f["name"]: {h: i + 2 for i, h in enumerate(f["hashes"])}
                        for f in preprocess["sparse"] if f["encoding"] == "vocab"}
@@ -148,8 +156,26 @@ class RowScorer:
             return h % (feature["buckets"] - 1) + 1
         return self.vocabs[feature["name"]].get(h, self.oov)
 
-    def features(self, rows: list) -> tuple:
-        """``(dense (B, n_dense) float32, sparse_ids (B, n_sparse) int64)``; a missing column is missing."""
+    def check_row(self, index: int, row: dict, allow_missing: bool = False) -> None:
+        """Raise ``ValueError`` naming the row and the column when ``row`` carries a column the model
+        does not know, or (unless ``allow_missing``) lacks a feature column."""
+        if not isinstance(row, dict):
+            raise ValueError(f"row {index}: expected a dict of column -> value, got {type(row).__name__}")
+        unknown = [str(c) for c in row if c not in self.known]
+        if unknown:
+            raise ValueError(f"row {index}: unknown column {unknown[0]!r}" + (f" (and {len(unknown) - 1} more)"
+                             if len(unknown) > 1 else "") + f"; the model's columns: {', '.join(self.columns)}")
+        absent = [c for c in self.columns if c not in row]
+        if absent and not allow_missing:
+            raise ValueError(f"row {index}: no column {absent[0]!r}" + (f" (and {len(absent) - 1} more)"
+                             if len(absent) > 1 else "") + "; pass allow_missing=True to score absent "
+                             "columns as missing values")
+
+    def features(self, rows: list, allow_missing: bool = False) -> tuple:
+        """``(dense (B, n_dense) float32, sparse_ids (B, n_sparse) int64)``; rows are checked first
+        (:meth:`check_row`), and an empty value is a missing one."""
+        for i, r in enumerate(rows):
+            self.check_row(i, r, allow_missing)
         dense = [[self.dense_value(f, r.get(f["name"])) for f in self.pre["dense"]] for r in rows]
         ids = [[self.sparse_id(f, r.get(f["name"])) for f in self.pre["sparse"]] for r in rows]
         n_dense, n_sparse = len(self.pre["dense"]), len(self.pre["sparse"])
@@ -157,7 +183,7 @@ class RowScorer:
                 torch.tensor(ids, dtype=torch.int64).reshape(len(rows), n_sparse))
 
     @torch.no_grad()
-    def __call__(self, rows: list) -> torch.Tensor:
-        """Click probabilities ``(B,)`` of ``rows``."""
-        dense, ids = self.features(rows)
+    def __call__(self, rows: list, allow_missing: bool = False) -> torch.Tensor:
+        """Click probabilities ``(B,)`` of ``rows`` (see :meth:`features` for ``allow_missing``)."""
+        dense, ids = self.features(rows, allow_missing)
         return torch.sigmoid(self.model(dense, ids))

@@ -52,6 +52,7 @@ class SearchOutcome:
     best: Architecture | None
     out_dir: Path
     spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.budget)
+    choice: Choice | None = None  # the winner and why: the closing lines (Choice.lines)
 
 
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
@@ -333,7 +334,7 @@ class SearchRunner:
         self.state.elapsed = self.budget.spent()
         self.state.strategy = self.strategy.state_dict()
         save_state(self.path, self.state)
-        self._log_child(record, out.history, self.progress.start_time(name))
+        self._log_child(record, out.history, out.started or self.progress.start_time(name), out.ended)
         save_state(self.path, self.state)
         if self.shared is not None:
             self.shared.share({"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result})
@@ -343,13 +344,15 @@ class SearchRunner:
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
 
-    def _log_child(self, record: TrialRecord, history: list[dict[str, float]], start: float | None = None) -> None:
+    def _log_child(self, record: TrialRecord, history: list[dict[str, float]], start: float | None = None,
+                   end: float | None = None) -> None:
         arch, result = Architecture.from_dict(record.arch), TrialResult.from_dict(record.result)
         baseline = record.name if record.kind == "baseline" else None
         choices = self.space.encode(arch)  # the space's flat labels, for MLflow's compare views
         params = {} if choices is None else {k: choices[k] for k in self.space.active(choices)}
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, _trial_tags(record),
-                                               baseline=baseline, params=params, start_time=start, history=history)
+                                               baseline=baseline, params=params, start_time=start, end_time=end,
+                                               history=history)
         if result.cost is not None and result.cost.rocs_metrics():  # measured once, before training
             self.tracker.log_metrics(record.run_id, result.cost.rocs_metrics())
 
@@ -429,8 +432,7 @@ class SearchRunner:
         # and written under a lock, so the last writer has read every trial shared before it.
         with folder_lock(self.out_dir):
             table, best, choice = self._pareto()
-            if choice is not None:
-                self.echo(choice.line(self.cfg.search.min_gain_se))
+            if choice is not None:  # the winner itself closes the output (SearchOutcome.choice)
                 within = self._within_target(choice)
                 if within is not None:
                     self.echo(within)
@@ -444,7 +446,7 @@ class SearchRunner:
             self.tracker.log_metrics(self.state.parent_run_id, {f"budget/{k}_seconds": v for k, v in spent.items()})
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
-        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent)
+        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent, choice)
 
     def _entrant(self, kind: str, name: str, result: TrialResult) -> Entrant:
         return Entrant(name, kind, result, self.val_losses.load(name) if result.ok else None)

@@ -97,6 +97,9 @@ class Choice:
     z: float | None = None
     runner_up: tuple[Entrant, float] | None = None
     best: Entrant | None = None  # the best candidate by objective, where the winner is a cheaper one within its noise
+    # The ok candidate with the lowest objective (whether it won or not) and its z over the incumbent
+    # (None where its objective is not below the incumbent's, or there is no incumbent).
+    top: tuple[Entrant, float | None] | None = None
 
     def line(self, min_gain_se: float) -> str:
         """One plain sentence for the search's output."""
@@ -113,6 +116,60 @@ class Choice:
         cheaper = ("" if self.best is None else f"; the cheapest candidate within {min_gain_se:g} standard "
                    f"error{'s' * (min_gain_se != 1)} of the best, {self.best.name}")
         return f"winner {w.name}: better on validation than the best baseline, {self.incumbent.name}{gain}{cheaper}"
+
+
+    def lines(self, min_gain_se: float) -> list[str]:
+        """The search's closing lines, which say one thing: the winner the rule chose (what ``export``
+        and the logged model hold) and its difference to the best baseline on validation and on test;
+        then, when the best candidate by validation objective is not the winner, that candidate
+        and why it lost."""
+        w, inc = self.winner, self.incumbent
+        head = f"winner {w.name} ({w.kind}; what rankitect export and the logged model hold): "
+        if inc is None:
+            why = "the lowest validation objective (no baseline finished)"
+        elif w is inc:
+            why = "the best baseline by validation objective"
+        else:
+            gain = "" if self.z is None or not math.isfinite(self.z) else f" by {self.z:.2f} standard errors"
+            why = f"better on validation objective than the best baseline{gain}"
+        out = [head + _versus(w, None if w is inc else inc) + f"; {why}"]
+        if self.top is not None and self.top[0] is not w:
+            cand, z = self.top
+            out.append(f"best candidate {cand.name} by validation objective: {_versus(cand, w)}; not the winner: "
+                       + _lost(cand, z, w, inc, min_gain_se))
+        return out
+
+
+def _ne(value: float | None) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def _change(value: float | None, ref: float | None) -> str:
+    if value is None or ref is None or not (math.isfinite(value) and math.isfinite(ref)) or ref == 0:
+        return ""
+    return f" ({100 * (value / ref - 1):+.2f}%)"
+
+
+def _versus(e: Entrant, ref: Entrant | None) -> str:
+    """``e``'s validation and test NE and FLOPs, each NE with its relative change against ``ref``."""
+    r = e.result
+    text = (f"val/ne {_ne(r.val_ne)}{_change(r.val_ne, ref and ref.result.val_ne)}, test/ne {_ne(r.test_ne)}"
+            f"{_change(r.test_ne, ref and ref.result.test_ne)}, {r.mflops:.4g} MFLOPs")
+    if ref is None:
+        return text
+    return text + f" vs {ref.name}'s {_ne(ref.result.val_ne)} and {_ne(ref.result.test_ne)}"
+
+
+def _lost(cand: Entrant, z: float | None, winner: Entrant, inc: Entrant | None, min_gain_se: float) -> str:
+    """Why the best candidate by objective is not the winner the rule chose."""
+    errors = f"{min_gain_se:g} standard error{'s' * (min_gain_se != 1)}"
+    if inc is None or z is None:
+        return "its validation objective (FLOPs penalty included) is not below the best baseline's"
+    if z <= min_gain_se:
+        return (f"better than the best baseline {inc.name} on validation by {z:.2f} standard errors only "
+                f"(search.min_gain_se = {min_gain_se:g})")
+    return (f"{winner.name} is within {errors} of it and cheaper ({winner.result.mflops:.4g} vs "
+            f"{cand.result.mflops:.4g} MFLOPs)")
 
 
 def _gain(objective: Objective, inc: Entrant, ch: Entrant) -> tuple[float, float]:
@@ -148,20 +205,24 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
     if not ok:
         return None
     bases = [e for e in ok if e.kind == "baseline"]
+    cands = [e for e in ok if e.kind != "baseline"]
+    top_cand = min(cands, key=lambda e: objective(e.result), default=None)
     if not bases:
-        return Choice(winner=min(ok, key=lambda e: objective(e.result)))
+        return Choice(winner=min(ok, key=lambda e: objective(e.result)),
+                      top=None if top_cand is None else (top_cand, None))
     inc = min(bases, key=lambda e: objective(e.result))
-    challengers = sorted((e for e in ok if e.kind != "baseline" and objective(e.result) < objective(inc.result)),
+    challengers = sorted((e for e in cands if objective(e.result) < objective(inc.result)),
                          key=lambda e: objective(e.result))
     scored = [(ch, _z(*_gain(objective, inc, ch))) for ch in challengers]
+    top = scored[0] if scored else None if top_cand is None else (top_cand, None)
     passed = [(ch, z) for ch, z in scored if z > min_gain_se]
     if passed:
         best = passed[0][0]
         tied = [(ch, z) for ch, z in passed if ch is best or -_z(*_gain(objective, best, ch)) <= min_gain_se]
         winner, z = min(tied, key=lambda cz: cz[0].result.mflops)  # the first (lowest objective) on ties
-        return Choice(winner=winner, incumbent=inc, z=z, best=None if winner is best else best)
+        return Choice(winner=winner, incumbent=inc, z=z, best=None if winner is best else best, top=top)
     held = max(scored, key=lambda cz: cz[1], default=None)
-    return Choice(winner=inc, incumbent=inc, runner_up=held)
+    return Choice(winner=inc, incumbent=inc, runner_up=held, top=top)
 
 
 def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_GAIN_SE,

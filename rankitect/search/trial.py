@@ -13,7 +13,7 @@ import traceback
 import multiprocessing as mp
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class TrialOutput:
     history: list[dict[str, float]]
     traceback: str | None = None
     val_losses: np.ndarray | None = None
+    started: float | None = None  # the trial's own wall clock (time.time()): its MLflow run's span
+    ended: float | None = None
 
 
 def candidates_per_request(data: Any) -> float:
@@ -47,6 +49,15 @@ def candidates_per_request(data: Any) -> float:
 
 
 def run_trial(
+    arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+) -> TrialOutput:
+    """:func:`_run_trial`, with the wall clock of its start and end (not of its wait in a queue)."""
+    started = time.time()
+    out = _run_trial(arch, data, cfg, weights_path, ticket)
+    return replace(out, started=started, ended=time.time())
+
+
+def _run_trial(
     arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
 ) -> TrialOutput:
     """Cost (:func:`~rankitect.cost.measure`, once), train and score ``arch`` on ``data``;

@@ -7,11 +7,13 @@ The experiment is tagged for model training (``mlflow.experimentKind``), not Gen
 shared view of its runs table (:data:`VIEW_KEY`: the metric columns, best test NE first) that
 :meth:`Tracker.runs_view_path` opens in MLflow's model-training UI.
 
-Parent run (tags ``rankitect.kind=search``, ``rankitect.strategy``, ``rankitect.space``): the
-flattened config as params (long values cut, the full config in ``config.yaml``), ``space.json``,
-and at the end ``pareto.csv``, ``pareto.png``, the Pareto table as an MLflow table
-(``pareto.json``), ``best_genotype.json``, ``search_state.json`` and the winner's metrics under the
-candidates' names. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
+Parent run (named by strategy, space, data and start time; tags ``rankitect.kind=search``,
+``rankitect.strategy``, ``rankitect.space``, ``rankitect.data``, and ``rankitect.search``, its
+name, which every run of the search carries too: the shared view groups the runs list by it): the flattened config as params
+(long values cut, the full config in ``config.yaml``), ``space.json``, and at the end
+``pareto.csv``, ``pareto.png`` (also an MLflow image, key ``pareto``, among the run's charts), the
+Pareto table as an MLflow table (``pareto.json``), ``best_genotype.json``, ``search_state.json``,
+the winner's metrics under the candidates' names and its name as tag ``rankitect.winner``. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
 ``baseline`` or ``finetune``): params ``genotype_hash`` and every architecture choice under the
 space's flat label (``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation
 step), ``test/ne``, ``test/auc``, ``test/logloss``, ``mflops``, ``params``, ``train_seconds``,
@@ -47,11 +49,16 @@ from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE, save_weig
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-KIND, STRATEGY, SPACE = "rankitect.kind", "rankitect.strategy", "rankitect.space"
+KIND, STRATEGY, SPACE, DATA = "rankitect.kind", "rankitect.strategy", "rankitect.space", "rankitect.data"
+WINNER = "rankitect.winner"  # on a search run: its winner's name (a baseline's name or a genotype hash)
+SEARCH = "rankitect.search"  # on a search run and all its runs: the search's name (the view groups by it)
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
 MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"
+# The logged pyfunc's name: not MODEL_DIR, since MLflow serves a run's artifact path from the run's
+# logged model of that name first, and ``model/`` must stay the kept weights that export reads.
+SCORER_MODEL = "scorer"
 METRICS = {  # metric name -> TrialResult attribute
     "val/ne": "val_ne", "test/ne": "test_ne", "test/auc": "test_auc", "test/logloss": "test_logloss",
     "mflops": "mflops", "params": "params", "train_seconds": "train_seconds",
@@ -125,6 +132,7 @@ class Tracker:
             # Creating a SQLite store runs its schema migrations: two processes doing it at once
             # (a shared search starting) corrupt each other, so the first use is serialized.
             self.client: MlflowClient = MlflowClient(tracking_uri=self.uri)
+            self._searches: dict[str, str] = {}  # parent run id -> its search's name
             self.experiment = experiment
             found = self.client.get_experiment_by_name(experiment)
             if found is not None:
@@ -135,7 +143,7 @@ class Tracker:
             tags = {} if found is None else found.tags
             if tags.get(EXPERIMENT_KIND[0]) is None:
                 self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
-            if tags.get(f"mlflow.sharedViewState.{VIEW_KEY}") is None:
+            if tags.get(f"mlflow.sharedViewState.{VIEW_KEY}") != _view_state():  # new, or an older one
                 self.client.set_experiment_tag(self.experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", _view_state())
 
     def runs_view_path(self) -> str:
@@ -152,10 +160,16 @@ class Tracker:
         """
         strategy_name = strategy if isinstance(strategy, str) else strategy.name
         space_name = space if isinstance(space, str) else getattr(space, "name", type(space).__name__)
-        run = self.client.create_run(
-            self.experiment_id, run_name=name or f"{strategy_name}-{space_name}",
-            tags={KIND: "search", STRATEGY: strategy_name, SPACE: space_name},
-        )
+        source = str((config.get("data") or {}).get("source") or "")
+        started = time.time()
+        # a name that tells searches apart in MLflow's list and in `rankitect runs`
+        default = "-".join(p for p in (strategy_name, space_name, data_name(source),
+                                        time.strftime("%Y%m%d-%H%M%S", time.localtime(started))) if p)
+        tags = {KIND: "search", STRATEGY: strategy_name, SPACE: space_name, SEARCH: name or default}
+        if source:
+            tags[DATA] = _cut(source, MAX_TAG_CHARS)
+        run = self.client.create_run(self.experiment_id, run_name=name or default, tags=tags,
+                                     start_time=int(started * 1000))
         run_id = run.info.run_id
         self._log(run_id, params={k: _cut(str(v), MAX_PARAM_CHARS) for k, v in flatten(config).items()})
         self.client.log_text(run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
@@ -163,17 +177,26 @@ class Tracker:
             self.client.log_dict(run_id, space.to_dict(), "space.json")
         return run_id
 
+    def _search_of(self, parent_id: str) -> str:
+        """The search name of the runs under ``parent_id`` (its tag :data:`SEARCH`, else its name)."""
+        if parent_id not in self._searches:
+            run = self._get_run(parent_id)
+            self._searches[parent_id] = run.data.tags.get(SEARCH) or run.info.run_name
+        return self._searches[parent_id]
+
     def log_trial(
         self, parent_id: str | None, arch: Any, result: Any, extra_tags: dict[str, str] | None = None,
         *, baseline: str | None = None, params: dict[str, Any] | None = None, start_time: float | None = None,
-        history: list[dict[str, float]] | None = None, status: str | None = None,
+        end_time: float | None = None, history: list[dict[str, float]] | None = None, status: str | None = None,
     ) -> str:
         """Log one finished (or failed) candidate, or the baseline ``baseline``, as a child run.
 
         ``result`` is a ``rankitect.search.TrialResult`` (or has its attributes); returns the run id.
         Without ``parent_id`` the run stands alone (``rankitect train``). ``params``: more run
-        parameters (the architecture choices, the data settings); ``start_time``: when the trial
-        started (``time.time()``; default: its training seconds ago), the run ends now;
+        parameters (the architecture choices, the data settings); ``start_time`` and ``end_time``:
+        when the trial itself started and ended (``time.time()``; default: it ended now and started
+        its training seconds before), so the run's duration in MLflow is the trial's own, not the
+        time it waited to be recorded;
         ``history``: the validation metrics at each step (``{"step": s, "val/ne": ...}``), logged
         under their own names at their steps, before the final values at the last step. ``status``
         (default: by the result's status, see :data:`RUN_STATUS`) may be KILLED: a trial its
@@ -182,12 +205,12 @@ class Tracker:
         h = _hash_of(arch)
         tags = {KIND: "baseline" if baseline else "candidate", "genotype_hash": h}
         if parent_id is not None:
-            tags[PARENT] = parent_id
+            tags[PARENT], tags[SEARCH] = parent_id, self._search_of(parent_id)
         tags["rankitect.status"] = result.status
         if result.error:
             tags["error"] = _cut(str(result.error), MAX_TAG_CHARS)
         tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
-        end = time.time()
+        end = end_time if end_time is not None else time.time()
         start = start_time if start_time is not None else end - float(result.train_seconds or 0.0)
         run = self.client.create_run(self.experiment_id, run_name=baseline or h, tags=tags,
                                      start_time=int(start * 1000))
@@ -314,13 +337,20 @@ class Tracker:
 
     def log_raw_rows_model(self, run_id: str, export_dir: str | Path) -> str:
         """Log an export directory as an MLflow pyfunc model of run ``run_id`` (under "Logged
-        models"): ``predict`` takes a DataFrame of raw feature columns. Returns the model URI."""
+        models", in this tracker's experiment): ``predict`` takes a DataFrame of raw feature columns,
+        every one of them (``params={"allow_missing": True}`` to score absent ones as missing).
+        Returns the model URI."""
         import mlflow
         import torch
-
+        from mlflow.models.signature import ModelSignature
         from mlflow.tracking._tracking_service import utils as tracking_utils
+        from mlflow.types.schema import ParamSchema, ParamSpec
 
         code = Path(__file__).with_name("raw_rows_model.py")
+        # The logged model is made here, in this tracker's experiment: left to Model.log it goes to
+        # MLflow's active experiment, the Default one, whose artifacts live in ./mlruns of whatever
+        # directory the command runs in. Its files then go under this experiment's artifact root.
+        model = self.client.create_logged_model(self.experiment_id, name=SCORER_MODEL, source_run_id=run_id)
         # Model.log reads MLflow's global tracking URI (which set_tracking_uri also writes to the
         # environment): set it for the call, then put both back as they were, so no later Tracker or
         # client of this process is steered to this store.
@@ -330,8 +360,10 @@ class Tracker:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # MLflow's advice on predict's type hints: the input is a DataFrame
                 info = mlflow.models.Model.log(
-                    None, mlflow.pyfunc, name="model", run_id=run_id, python_model=str(code),
-                    artifacts={"export": str(export_dir)},
+                    None, mlflow.pyfunc, name=SCORER_MODEL, run_id=run_id, model_id=model.model_id,
+                    python_model=str(code), artifacts={"export": str(export_dir)},
+                    # no input schema (raw columns of any dtype); the one inference parameter
+                    signature=ModelSignature(params=ParamSchema([ParamSpec("allow_missing", "boolean", False)])),
                     pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"])
         finally:
             mlflow.set_tracking_uri(previous)
@@ -381,8 +413,9 @@ class Tracker:
             pareto_df.to_csv(Path(tmp) / "pareto.csv", index=False)
             self.client.log_artifact(parent_id, str(Path(tmp) / "pareto.csv"))
             if len(pareto_df):
-                self.client.log_artifact(parent_id, str(plot_pareto(pareto_df, Path(tmp) / "pareto.png", title=plot_title,
-                                                                  floor=floor)))
+                png = plot_pareto(pareto_df, Path(tmp) / "pareto.png", title=plot_title, floor=floor)
+                self.client.log_artifact(parent_id, str(png))
+                self._log_chart(parent_id, png)
         self.client.log_dict(parent_id, state, "search_state.json")
         if best_arch is not None:
             self.client.log_text(parent_id, _genotype_text(best_arch), "best_genotype.json")
@@ -392,38 +425,61 @@ class Tracker:
             row = winner.iloc[0]
             metrics = {k: float(row[c]) for k, c in WINNER_METRICS.items() if c in row and pd.notna(row[c])}
             self._log(parent_id, metrics=metrics)
+            self.client.set_tag(parent_id, WINNER, str(row["name"]))
         self.client.set_terminated(parent_id, status)
 
+    def _log_chart(self, run_id: str, png: Path) -> None:
+        """The NE-vs-FLOPs plot as an MLflow image of the run (key ``pareto``): shown among the
+        run's charts, beside the ``pareto.png`` artifact."""
+        import numpy as np
+        from matplotlib.image import imread
+
+        image = (np.clip(imread(png)[..., :3], 0.0, 1.0) * 255).round().astype(np.uint8)  # (H, W, 3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # MLflow's notes on image formats
+            self.client.log_image(run_id, image, key="pareto", step=0)
+
     def runs_table(self, parent_id: str | None = None) -> pd.DataFrame:
-        """Candidate and baseline runs of one search (or of the whole experiment), best test NE first."""
+        """Candidate and baseline runs of one search (or of the whole experiment), best test NE first.
+
+        ``status`` is the trial's own (``ok``, ``failed``, ``pruned``: stopped early by the search),
+        or MLflow's where a run has none (``running``, ``killed``); ``winner`` marks the search's winner."""
         if parent_id is not None and not parent_id.isalnum():
             from rankitect.errors import UserError
 
             raise UserError(f"{parent_id!r} is not an MLflow run id (letters and digits; a setting is key=value)")
         query = f"tags.`{PARENT}` = '{parent_id}'" if parent_id else f"tags.`{KIND}` != 'search'"
+        winners = self._winners(parent_id)
         rows = []
         for run in self._find_runs(query):
             m, t = run.data.metrics, run.data.tags
             rows.append({
                 "run_id": run.info.run_id, "parent_id": t.get(PARENT), "kind": t.get(KIND),
-                "name": run.info.run_name, "genotype_hash": t.get("genotype_hash"), "status": run.info.status,
+                "name": run.info.run_name, "genotype_hash": t.get("genotype_hash"),
+                "status": _trial_status(run), "winner": _is_winner(run, winners.get(t.get(PARENT))),
                 **{k: m.get(k, math.nan) for k in METRICS}, "error": t.get("error"),
             })
-        columns = ["run_id", "parent_id", "kind", "name", "genotype_hash", "status", *METRICS, "error"]
+        columns = ["run_id", "parent_id", "kind", "name", "genotype_hash", "status", "winner", *METRICS, "error"]
         df = pd.DataFrame(rows, columns=columns)
         return df.sort_values("test/ne", kind="stable", na_position="last").reset_index(drop=True)
 
+    def _winners(self, parent_id: str | None) -> dict[str, tuple[str | None, str | None]]:
+        """Search run id -> (winner's name, winner's genotype hash) of one search or of all."""
+        runs = [self._get_run(parent_id)] if parent_id else self._find_runs(f"tags.`{KIND}` = 'search'")
+        return {r.info.run_id: (r.data.tags.get(WINNER), r.data.tags.get("best_genotype_hash")) for r in runs}
+
     def searches_table(self) -> pd.DataFrame:
-        """The searches (parent runs) of the experiment, newest first."""
+        """The searches (parent runs) of the experiment, newest first, with their data and winner."""
         rows = [{
             "run_id": r.info.run_id, "name": r.info.run_name, "strategy": r.data.tags.get(STRATEGY),
-            "space": r.data.tags.get(SPACE), "status": r.info.status,
-            "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
+            "space": r.data.tags.get(SPACE), "data": r.data.tags.get(DATA) or r.data.params.get("data.source"),
+            "status": r.info.status, "start_time": pd.to_datetime(r.info.start_time, unit="ms").floor("s"),
+            "winner": r.data.tags.get(WINNER) or r.data.tags.get("best_genotype_hash"),
             "test/ne": r.data.metrics.get("test/ne", math.nan),
             "mflops": r.data.metrics.get("mflops", math.nan),
         } for r in self._find_runs(f"tags.`{KIND}` = 'search'")]
-        df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "status", "start_time",
-                                         "test/ne", "mflops"])
+        df = pd.DataFrame(rows, columns=["run_id", "name", "strategy", "space", "data", "status", "start_time",
+                                         "winner", "test/ne", "mflops"])
         return df.sort_values("start_time", ascending=False, kind="stable").reset_index(drop=True)
 
     def _find_runs(self, query: str) -> list[Any]:
@@ -439,7 +495,8 @@ class Tracker:
 
     def start_child_run(self, parent_id: str, name: str, kind: str) -> str:
         """A child run of the search ``parent_id`` tagged ``rankitect.kind=kind`` (e.g. ``supernet``)."""
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={KIND: kind, PARENT: parent_id})
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={KIND: kind, PARENT: parent_id, SEARCH: self._search_of(parent_id)})
         return run.info.run_id
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
@@ -488,6 +545,34 @@ class Tracker:
 
 
 
+def data_name(source: str) -> str:
+    """A short name of a data source for a run name: a file's or folder's name without its suffix.
+
+    >>> data_name("/work/shared/data/adult.csv"), data_name("synthetic"), data_name("")
+    ('adult', 'synthetic', '')
+    """
+    return Path(source.rstrip("/")).stem if source else ""
+
+
+def _trial_status(run: Any) -> str:
+    """The trial's status tag (``ok``, ``failed``, ``pruned``), else MLflow's status in lower case."""
+    status = run.data.tags.get("rankitect.status")
+    if status and run.info.status in ("FINISHED", "FAILED", "KILLED"):
+        return status
+    return str(run.info.status).lower()
+
+
+def _is_winner(run: Any, winner: tuple[str | None, str | None] | None) -> bool:
+    """Whether ``run`` is its search's winner: by name where the search recorded it (a baseline and
+    a candidate may share a genotype), else by genotype hash."""
+    if winner is None or run.data.tags.get(KIND) not in ("candidate", "baseline") or run.info.status != "FINISHED":
+        return False
+    name, h = winner
+    if name is not None:
+        return run.info.run_name == name
+    return h is not None and run.data.tags.get("genotype_hash") == h
+
+
 def _table_safe(df: pd.DataFrame) -> pd.DataFrame:
     """The table with JSON-friendly cells (numpy booleans and NaN become plain values)."""
     return df.astype(object).where(pd.notna(df), None)
@@ -495,7 +580,11 @@ def _table_safe(df: pd.DataFrame) -> pd.DataFrame:
 
 def _view_state() -> str:
     """The shared runs-table view (MLflow's persisted UI state): metric columns, best test NE first,
-    child runs expanded under their search."""
+    the runs grouped by their search (tag :data:`SEARCH`), every group expanded."""
     columns = [f"metrics.`{m}`" for m in VIEW_COLUMNS]
+    # Grouped by search (its tag on every run of it), each group's row showing the best of its runs:
+    # MLflow nests child runs under their parent only when ordered by start time, and collapsed.
+    group = {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": SEARCH}]}
     return json.dumps({"searchFilter": "", "orderByKey": "metrics.`test/ne`", "orderByAsc": True,
-                       "selectedColumns": ["attributes.`Source`", *columns], "runsHiddenMode": "SHOW_ALL"})
+                       "selectedColumns": ["attributes.`Source`", *columns], "runsHiddenMode": "SHOW_ALL",
+                       "groupBy": group})

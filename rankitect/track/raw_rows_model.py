@@ -27,8 +27,10 @@ class RawRowsModel(PythonModel):
 
     # A DataFrame hint: MLflow then validates no schema (raw columns of any dtype) and does not warn.
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> list[float]:
+        """Every feature column must be there and no unknown one (a ``ValueError`` names it);
+        ``params={"allow_missing": True}`` scores absent columns as missing values."""
         rows = model_input.to_dict(orient="records") if hasattr(model_input, "to_dict") else list(model_input)
-        return self.scorer(rows).tolist()
+        return self.scorer(rows, allow_missing=bool((params or {}).get("allow_missing", False))).tolist()
 
 
 mlflow.models.set_model(RawRowsModel())

@@ -78,11 +78,20 @@ def store_exists(uri: str) -> bool:
     return Path(uri[len(SQLITE):]).is_file()
 
 
+# The leader of the UI server's process group (see ui_guard.py), run as a script: it imports no
+# rankitect (nor torch), so it starts at once.
+GUARD = Path(__file__).with_name("ui_guard.py")
+
+
 def serve_ui(argv: list[str], env: dict[str, str]) -> int:
     """Run the UI server ``argv`` in a process group of its own until it exits or this process gets
     SIGTERM or SIGINT; then the whole group is stopped (SIGTERM, SIGKILL after a grace period), so no
-    worker outlives the command. Returns the server's exit status, 0 when stopped by a signal."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    worker outlives the command. The group's leader (:data:`GUARD`) watches a pipe from this process
+    and stops the group when this process ends in any other way (``kill -9``). Returns the server's
+    exit status, 0 when stopped by a signal."""
+    guard_env = {**env, "RANKITECT_UI_GRACE": str(STOP_GRACE_S)}
+    proc = subprocess.Popen([sys.executable, str(GUARD), *argv], env=guard_env, stdin=subprocess.PIPE,
+                            start_new_session=True)
     stopped: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -96,7 +105,32 @@ def serve_ui(argv: list[str], env: dict[str, str]) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         stop_group(proc)
+        proc.stdin.close()
     return 0 if stopped else code
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise ``UserError`` naming ``host:port`` when a server already listens there (the UI would
+    otherwise fail to bind, and a browser would show the other server), or the host is unknown."""
+    import errno
+    import socket
+
+    from rankitect.errors import UserError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise UserError(f"--host {host}: not a host name or address of this machine ({e.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise UserError(f"port {port} on {host} is already in use (another server?): "
+                                f"choose another with --port") from None
+            raise UserError(f"cannot serve on {host}:{port}: {e.strerror}") from None
 
 
 def stop_group(proc: subprocess.Popen) -> None:

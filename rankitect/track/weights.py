@@ -20,8 +20,8 @@ LEGACY_WEIGHTS_FILE = "state_dict.pt"  # older runs: a torch.save of tensors (re
 
 def save_weights(state: Mapping[str, Any], path: str | Path) -> Path:
     """Write a state dict to ``path`` as safetensors (each tensor a contiguous CPU copy, so tied or
-    strided tensors are stored on their own); returns the path."""
-    from safetensors.torch import save_file
+    strided tensors are stored on their own), with the mode of any new file; returns the path."""
+    from safetensors.torch import save
 
     tensors = {}
     for key, value in state.items():
@@ -30,5 +30,5 @@ def save_weights(state: Mapping[str, Any], path: str | Path) -> Path:
         tensors[key] = value.detach().to("cpu").contiguous().clone()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path))
+    path.write_bytes(save(tensors))  # a plain write: the umask's mode (safetensors' save_file makes 0600)
     return path

@@ -188,3 +188,23 @@ def test_table_front_matches_the_naive_check_on_a_realistic_search():
     df = realistic_table(5)
     assert df["on_front"].tolist() == naive_front(df["mflops"].tolist(), df["test_ne"].tolist())
     assert df["on_front"].sum() >= 3 and not df.loc[df["status"] != "ok", "on_front"].any()
+
+
+def test_pruned_candidates_are_called_pruned_apart_from_failed_ones():
+    """A pruned trial was stopped early by the search, not broken: the plot's subtitle and legend say
+    so apart from the failed ones (counted from the table's own status column)."""
+    df = realistic_table(0)
+    pruned = [(f"prun{i:012d}", TrialResult.pruning("hopeless", val_ne=0.9, mflops=float(1 + i), params=10,
+                                                    train_seconds=1.0, steps=5)) for i in range(4)]
+    ok_rows = [(r["name"], ok(r["val_ne"], r["test_ne"], r["mflops"])) for _, r in df.iterrows()
+               if r["status"] == "ok" and r["kind"] == "candidate"]
+    table = pareto_table(ok_rows + pruned + [("fail0", TrialResult.failure("diverged", mflops=2.0))],
+                         [("dlrm", ok(0.85, 0.85, 0.6))])
+    n_cand = int((table["kind"] == "candidate").sum())
+    fig = pareto_figure(table)
+    assert f"{n_cand} candidates (4 pruned, 1 failed), 1 baseline" in " ".join(t.get_text() for t in fig.texts)
+    points = by_label(fig.axes[0].collections)
+    assert sorted(points["pruned (no test NE)"].get_offsets()[:, 0].tolist()) == [1.0, 2.0, 3.0, 4.0]
+    assert points["failed (no test NE)"].get_offsets()[:, 0].tolist() == [2.0]
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "pruned (no test NE)" in legend and "failed (no test NE)" in legend

@@ -244,7 +244,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert code == 0
     out = capsys.readouterr().out
     parent = out.split("MLflow search run: ")[1].split()[0]
-    assert "found " in out and "dlrm" in out
+    assert "winner " in out and "dlrm" in out
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     exp = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")

@@ -254,7 +254,7 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert code == 0
     out = capsys.readouterr().out
     parent = out.split("MLflow search run: ")[1].split()[0]
-    assert "found " in out and "[2/2]" in out
+    assert "winner " in out and "[2/2]" in out
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     exp = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")

@@ -111,7 +111,9 @@ def test_same_seed_same_architectures(env: dict[str, str]) -> None:
 
 
 def _search_cmd(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "rankitect", "search", *TINY, "search.baselines=[]", *extra]
+    given = {a.partition("=")[0] for a in extra}  # a key given twice on a command line is an error
+    return [sys.executable, "-m", "rankitect", "search", *(a for a in TINY if a.partition("=")[0] not in given),
+            "search.baselines=[]", *extra]
 
 
 def _wait_for(pred, timeout: float, what: str) -> None:

@@ -73,7 +73,21 @@ def test_parent_run_has_config_space_and_final_artifacts(search):
     assert len(run.data.params["data.note"]) == 500  # cut; the whole config is an artifact
     files = {f.path for f in client.list_artifacts(parent)}
     assert files == {"config.yaml", "space.json", "pareto.csv", "pareto.png", "pareto.json", "best_genotype.json",
-                     "search_state.json"}
+                     "search_state.json", "images"}
+    # the plot is also an MLflow image of the run (its charts), the same pixels as pareto.png
+    import matplotlib.image
+    import numpy as np
+
+    charts = [f.path for f in client.list_artifacts(parent, "images") if f.path.endswith(".png")]
+    assert len(charts) == 1 and "pareto" in charts[0]
+    png = matplotlib.image.imread(client.download_artifacts(parent, "pareto.png"))[..., :3]
+    chart = matplotlib.image.imread(client.download_artifacts(parent, charts[0]))[..., :3]
+    assert chart.shape == png.shape and np.abs(chart - png).max() <= 1 / 255
+    # a name that tells searches apart: strategy, space, data and start time; the data as a tag
+    assert run.info.run_name.startswith("evolution-toy-synthetic-")
+    started = time.strftime("%Y%m%d-%H%M%S", time.localtime(run.info.start_time / 1000))
+    assert run.info.run_name == f"evolution-toy-synthetic-{started}"
+    assert run.data.tags["rankitect.data"] == "synthetic" and run.data.tags["rankitect.winner"] == archs[1].hash
     # the Pareto table as an MLflow table: the same rows as the CSV
     table = pd.read_csv(client.download_artifacts(parent, "pareto.csv"))
     logged = json.loads(Path(client.download_artifacts(parent, "pareto.json")).read_text())
@@ -96,6 +110,12 @@ def test_experiment_is_for_model_training_with_a_metric_view(store, search):
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.rankitect"])
     assert {"metrics.`test/ne`", "metrics.`mflops`"} <= set(view["selectedColumns"])
+    # the runs list grouped by search: every run of a search carries its name, the search run too
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "rankitect.search"}]
+    parent, children = search[0], search[1]
+    name = client.get_run(parent).info.run_name
+    assert client.get_run(parent).data.tags["rankitect.search"] == name
+    assert {client.get_run(c).data.tags["rankitect.search"] for c in children} == {name}
     assert "viewStateShareKey=rankitect" in tracker.runs_view_path()
     assert "workflowType=machine_learning" in tracker.runs_view_path()
 
@@ -115,6 +135,13 @@ def test_child_runs_carry_real_times_choices_and_one_curve_name(store, search):
     curve = client.get_metric_history(run_id, "val/ne")
     assert [(m.step, m.value) for m in curve] == [(10, 0.9), (20, 0.8), (20, 0.7)]
     assert run.data.metrics["val/ne"] == 0.7  # the final score is the latest value
+    # a trial recorded long after it ended (a baseline waiting for its turn) spans its own start and end
+    start = before - 3600.0
+    late = tracker.log_trial(parent, arch, result, start_time=start, end_time=start + 444.6, history=history)
+    info = client.get_run(late).info
+    assert (info.start_time, info.end_time) == (int(start * 1000), int((start + 444.6) * 1000))
+    stamps = [m.timestamp for m in client.get_metric_history(late, "val/ne")]
+    assert all(info.start_time <= t <= info.end_time for t in stamps[:-1])  # the curve within the span
 
 
 def test_children_are_nested_with_metrics_params_status_and_genotype(search):
@@ -141,9 +168,29 @@ def test_runs_table_is_sorted_by_test_ne_and_searches_are_listed(store, search):
     tracker, parent = store[2], search[0]
     df = tracker.runs_table(parent)
     assert df["name"].tolist()[:3] == [search[2][1].hash, "dlrm", search[2][0].hash]
-    assert df["status"].iloc[-1] == "FAILED" and df["mflops"].iloc[-1] == 9.0
+    assert df["status"].iloc[-1] == "failed" and df["mflops"].iloc[-1] == 9.0
+    assert df.loc[df["winner"], "name"].tolist() == [search[2][1].hash]  # the parent's winner, by name
     searches = tracker.searches_table().set_index("run_id")
     assert searches.loc[parent, "test/ne"] == 0.76
+    assert searches.loc[parent, "data"] == "synthetic" and searches.loc[parent, "winner"] == search[2][1].hash
+
+
+def test_pruned_trials_are_listed_as_pruned_and_a_baseline_winner_is_marked(store):
+    tracker = store[2]
+    parent = tracker.start_search({"data": {"source": "/data/clicks.csv"}}, "random", "toy")
+    pruned = TrialResult.pruning("hopeless", val_ne=0.9, mflops=1.0, params=10, train_seconds=1.0, steps=5)
+    ok = TrialResult(val_ne=0.8, test_ne=0.81, mflops=2.0, params=20, train_seconds=2.0)
+    arch = ToyArch((8,), "relu")
+    tracker.log_trial(parent, ToyArch((4,), "relu"), pruned)
+    tracker.log_trial(parent, arch, ok, baseline="dlrm")
+    tracker.log_trial(parent, arch, ok)  # a candidate with the baseline's genotype: not the winner
+    table = pareto_table([(arch, ok), (ToyArch((4,), "relu"), pruned)], {"dlrm": ok}, winner=("baseline", "dlrm"))
+    tracker.finish_search(parent, table, arch, {})
+    df = tracker.runs_table(parent)
+    assert sorted(df["status"]) == ["ok", "ok", "pruned"]  # not MLflow's KILLED
+    assert df.loc[df["winner"], ["kind", "name"]].values.tolist() == [["baseline", "dlrm"]]
+    assert tracker.searches_table().set_index("run_id").loc[parent, "data"] == "/data/clicks.csv"
+    assert tracker.get_run(parent).info.run_name.startswith("random-toy-clicks-")
 
 
 def test_uri_resolution_and_ui_command(monkeypatch, tmp_path):

@@ -6,7 +6,8 @@ API calls) and the checks read the rendered DOM:
 
 - the runs list as ``rankitect ui`` prints it (the model-training view, ``workflowType=machine_learning``,
   with the experiment's shared view ``viewStateShareKey=rankitect``) shows ``test/ne`` and ``mflops``
-  columns holding every candidate's values at full precision, best test NE first;
+  columns holding every candidate's values at full precision, grouped under their search, best test
+  NE first;
 - the compare page of 3 candidates (``#/compare-runs?runs=[...]``) lists their architecture choices
   as parameters (``b0.flat``, ...) with each candidate's own values, beside their metrics;
 - the experiment's runs table, filtered to the search's children through the URL
@@ -214,6 +215,9 @@ def test_runs_list_in_the_model_training_view_and_a_compare_view_of_three_candid
     missing = [v for v in values if v not in page.text]
     assert not missing, f"runs list lacks the metric values {missing}: {page.text[:2000]}"
     assert all(n in page.text for n in names)
+    # grouped by search: the group's row (the search's name) first, then its runs, best test NE first
+    first = page.text.index(search["parent"].info.run_name)
+    assert all(page.text.index(n) > first for n in names), page.text[:2000]
     by_ne = sorted(search["children"], key=lambda c: c.data.metrics["test/ne"])
     order = [page.text.index(c.info.run_name) for c in by_ne]
     assert order == sorted(order)  # best test NE first
