@@ -31,6 +31,7 @@ naming the gene whose lowering shrinks it most (``blocks[3].params.num_layers=10
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -220,10 +221,26 @@ def _measure(arch: Architecture, spec: FeatureSpec) -> dict[str, Part]:
     for i, pair in enumerate(zip(model.adapters, model.blocks)):
         parts[f"blocks[{i}]"] = Part(f"blocks[{i}]", *count(list(pair)))
     parts[HEAD] = Part(HEAD, *count([model.head]))
-    one, two = _saved_per_part(model, 1), _saved_per_part(model, 2)
+    per_row = _activations(model)
     for name, part in parts.items():
-        parts[name] = replace(part, activation=max(0, two.get(name, 0) - one.get(name, 0)))
+        parts[name] = replace(part, activation=per_row.get(name, 0))
     return parts
+
+
+def _activations(model: RankingModel) -> dict[str, int]:
+    """Bytes saved for backward per example, per part: from meta forwards of one and two rows, in
+    training mode, else (a block whose training forward reads values, which ``meta`` has not) in
+    eval mode; else, for a block no meta forward runs, its output alone (a lower bound)."""
+    for training in (True, False):
+        model.train(training)
+        try:
+            one, two = _saved_per_part(model, 1), _saved_per_part(model, 2)
+        except (RuntimeError, NotImplementedError):
+            continue
+        return {name: max(0, two.get(name, 0) - one.get(name, 0)) for name in set(one) | set(two)}
+    out = {f"blocks[{i}]": math.prod(block.out_shape) * BYTES for i, block in enumerate(model.blocks)}
+    out[HEAD] = BYTES * (sum(model.arch.head.widths) + 1)
+    return out
 
 
 def price(arch: Architecture, spec: FeatureSpec) -> Price:

@@ -153,3 +153,11 @@ def test_a_candidate_above_the_budget_fails_its_trial_only(tmp_path: Path) -> No
 
     out = run_trial(_mlp(num_layers=1_000_000), Data(), TrainConfig(batch_size=512), memory_budget=1.0)
     assert out.result.status == "failed" and "blocks[0].params.num_layers=1000000" in out.result.error
+
+
+def test_a_block_whose_training_forward_reads_values_is_priced_too() -> None:
+    # buckets learns its edges from the first training batch's values, which meta tensors lack
+    arch = Architecture(blocks=(BlockGene("buckets", ("dense",), {"dim": 4}), BlockGene("fm", (0,))),
+                        embedding_dim=4)
+    part = price(arch, tiny_spec()).part("blocks[0]")
+    assert part.activation >= 4 * 4 * 4  # at least its (n_dense, dim) output per row
