@@ -159,5 +159,6 @@ def test_a_block_whose_training_forward_reads_values_is_priced_too() -> None:
     # buckets learns its edges from the first training batch's values, which meta tensors lack
     arch = Architecture(blocks=(BlockGene("buckets", ("dense",), {"dim": 4}), BlockGene("fm", (0,))),
                         embedding_dim=4)
-    part = price(arch, tiny_spec()).part("blocks[0]")
-    assert part.activation >= 4 * 4 * 4  # at least its (n_dense, dim) output per row
+    priced = price(arch, tiny_spec())
+    assert priced.part("blocks[0]").activation > 0  # the looked-up ids, saved for the table's gradient
+    assert priced.part("blocks[1]").activation >= 4 * 4 * 4  # fm saves its (n_dense, dim) input
