@@ -8,6 +8,7 @@ a candidate that fails to build, raises while training, or diverges becomes a fa
 from __future__ import annotations
 
 import logging
+import os
 import time
 import traceback
 import multiprocessing as mp
@@ -101,10 +102,33 @@ def run_trial(
 _WORKER_DATA: dict[str, Any] = {}  # one opened data set per worker process (set by the initializer)
 
 
-def _init_worker(data_path: str, threads: int, memory_budget: float | None = None) -> None:
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal this process gets when its parent ends
+
+
+def die_with_parent(parent: int) -> None:
+    """Have Linux SIGKILL this process when ``parent`` (the process that started it) ends, however it
+    ends (``kill -9`` included, where no cleanup of the parent's runs); exit at once when it has
+    already ended. Elsewhere a no-op: the pool's own shutdown is all there is."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc prctl: not Linux
+        return
+    if os.getppid() != parent:  # the parent ended before the signal was asked for
+        os._exit(1)
+
+
+def _init_worker(data_path: str, threads: int, memory_budget: float | None = None, parent: int | None = None) -> None:
     import os
 
     import torch
+
+    if parent is not None:
+        die_with_parent(parent)
 
     if os.environ.get("RANKITECT_QUIET"):  # set by the command line without -v
         from rankitect.verbosity import quiet_third_party
@@ -147,7 +171,9 @@ class InlineRunner:
 class TrialPool:
     """``workers`` processes, each with the data set opened once (memory-mapped, so shared).
 
-    A worker that dies (killed, out of memory) fails only its own trial: the pool is rebuilt.
+    A worker that dies (killed, out of memory) fails only its own trial: the pool is rebuilt. The
+    workers end with this process however it ends (:func:`die_with_parent`), and with them the
+    last holders of multiprocessing's resource tracker pipe, so the tracker ends too.
     """
 
     def __init__(
@@ -160,7 +186,7 @@ class TrialPool:
     def _new_executor(self) -> ProcessPoolExecutor:
         ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(self.data_path, self.threads, self.memory_budget))
+                                   initargs=(self.data_path, self.threads, self.memory_budget, os.getpid()))
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
