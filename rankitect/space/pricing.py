@@ -45,7 +45,7 @@ from rankitect.space.architecture import Architecture, BlockGene, HeadGene, Para
 from rankitect.space.builder import RankingModel, build_model
 
 BYTES = 4  # float32 weights, optimizer state and activations
-DEPTH_CAP = 4  # depth genes up to this are built as they are; deeper ones are extrapolated
+DEPTH_CAP = 8  # depth genes up to this are built as they are; deeper ones are extrapolated
 MAX_SIZE = 2**40  # no int gene above this can be built (tensor sizes are int64)
 EMBEDDING, INPUTS, HEAD = "embedding_dim", "inputs", "head"
 
@@ -133,19 +133,15 @@ def _check_sizes(arch: Architecture) -> None:
             raise ValueError(f"{name}={value}: above {MAX_SIZE:,}, larger than any tensor can be")
 
 
-def _knobs(arch: Architecture, part: str | None = None) -> list[tuple[str, int]]:
-    """Every int gene as ``(name, value)``, or those of one part (``blocks[i]``, ``head``, ``embedding_dim``)."""
-    out: list[tuple[str, int]] = []
-    if part in (None, EMBEDDING):
-        out.append((EMBEDDING, arch.embedding_dim))
+def _knobs(arch: Architecture) -> list[tuple[str, int]]:
+    """Every int gene as ``(name, value)``: ``embedding_dim``, ``blocks[i].params.k``, ``blocks[i].tokens``,
+    ``head.widths[j]``."""
+    out: list[tuple[str, int]] = [(EMBEDDING, arch.embedding_dim)]
     for i, gene in enumerate(arch.blocks):
-        if part not in (None, f"blocks[{i}]"):
-            continue
         out += [(f"blocks[{i}].params.{k}", v) for k, v in gene.params.items()
                 if isinstance(v, int) and not isinstance(v, bool)]
         out.append((f"blocks[{i}].tokens", gene.tokens))
-    if part in (None, HEAD):
-        out += [(f"head.widths[{j}]", w) for j, w in enumerate(arch.head.widths)]
+    out += [(f"head.widths[{j}]", w) for j, w in enumerate(arch.head.widths)]
     return out
 
 
