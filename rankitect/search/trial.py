@@ -108,7 +108,10 @@ PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal this process gets
 def die_with_parent(parent: int) -> None:
     """Have Linux SIGKILL this process when ``parent`` (the process that started it) ends, however it
     ends (``kill -9`` included, where no cleanup of the parent's runs); exit at once when it has
-    already ended. Elsewhere a no-op: the pool's own shutdown is all there is."""
+    already ended. Elsewhere a no-op: the pool's own shutdown is all there is.
+
+    Linux sends the signal when the *thread* that started the process ends: the pool's workers are
+    started by ``submit``, which the search calls from its main thread."""
     import ctypes
     import os
     import signal
