@@ -162,3 +162,19 @@ def test_a_block_whose_training_forward_reads_values_is_priced_too() -> None:
     priced = price(arch, tiny_spec())
     assert priced.part("blocks[0]").activation > 0  # the looked-up ids, saved for the table's gradient
     assert priced.part("blocks[1]").activation >= 4 * 4 * 4  # fm saves its (n_dense, dim) input
+
+
+def test_export_reads_a_runs_genotype_within_the_limits_and_prices_it(tmp_path: Path) -> None:
+    from rankitect.export.exporter import export_from_files
+
+    spec_path = tmp_path / "spec.json"
+    tiny_spec().save(spec_path)
+    deep = tmp_path / "genotype.json"
+    deep.write_text('{"blocks": ' + "[" * 1000 + "]" * 1000 + "}")
+    with pytest.raises(DataError, match=f"^{re.escape(str(deep))}: not a valid genotype: JSON nested deeper"):
+        export_from_files(deep, spec_path, tmp_path / "none.safetensors", tmp_path / "out")
+    wide = tmp_path / "wide.json"
+    wide.write_text(_mlp(width=10**12).to_json())
+    with pytest.raises(OverBudget, match=re.escape(f"{wide}: blocks[0].params.width=1000000000000: ")):
+        export_from_files(wide, spec_path, tmp_path / "none.safetensors", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
