@@ -113,7 +113,6 @@ def die_with_parent(parent: int) -> None:
     Linux sends the signal when the *thread* that started the process ends: the pool's workers are
     started by ``submit``, which the search calls from its main thread."""
     import ctypes
-    import os
     import signal
 
     try:
