@@ -165,7 +165,7 @@ class RuntimeConfig:
     fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"  # fp8: scaling granularity of the casts
     sharding: Literal["none", "torchrec"] = "none"  # torchrec: shard embedding tables under torchrun
     threads: int = 0  # torch intra-op threads; 0 = torch's default
-    memory_budget: float | None = None  # GB a supernet (weights, optimizer state) may take; null: half the RAM
+    memory_budget: float | None = None  # GB a supernet (weights, optimizer state), or one model in training (with a batch of activations), may take; null: half the RAM
 
 
 @dataclass

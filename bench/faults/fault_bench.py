@@ -3,6 +3,7 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
 
     python -m bench.faults.fault_bench                          # 5 kills, SQLite and PostgreSQL
     python -m bench.faults.fault_bench --kills 10 --processes 4 --storages sqlite
+    python -m bench.faults.fault_bench --issue36                # only the bad-input and process cases (4.)
 
 1. ``--kills`` times, a tiny ``evolution`` search (``--trials`` candidates, one baseline) is killed
    with SIGKILL at a random moment (seeded), then resumed; a last resume runs it to its end. Lost:
@@ -12,6 +13,8 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
    PostgreSQL when Debian's server is installed): they must all exit 0 with one parent run, the
    trial budget trained exactly once, every trial's child run present.
 3. Bad inputs, each run as a real ``rankitect`` process: exit status and the first error line.
+4. Issue 36's bad inputs and a kill -9 of a search with two workers, each in a session of its own:
+   exit status, and what it left behind (RUNNING runs, live processes, new files): must be nothing.
 """
 
 from __future__ import annotations
@@ -165,7 +168,186 @@ def main(argv: list[str] | None = None) -> None:
         for what, code, line in rows:
             print(f"{what:<{width}}  exit {code}  {line[:150]}")
         print(f"refused with exit 2: {sum(code == 2 for _, code, _ in rows)} of {len(rows)}")
+        print("\n== issue 36: bad inputs and kills, what each left behind ==")
+        print_issue36(env, work)
+
+
+# --- issue 36: bad inputs that must exit 2 and leave nothing behind ---------------------------------
+# Each case runs as a real process in a session of its own; after it ends, what it left is counted:
+# runs still RUNNING in the store, processes of its session still alive, new files outside the data
+# cache (under the work folder). Run with --issue36 to run only these.
+
+def _session_alive(sid: int) -> list[int]:
+    """Running processes of session ``sid`` (a /proc scan; zombies count as ended)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def _running_runs(uri: str) -> int:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    try:
+        exp = [e.experiment_id for e in client.search_experiments()]
+        return len(client.search_runs(exp, "attributes.status = 'RUNNING'", max_results=1000)) if exp else 0
+    except Exception:  # noqa: BLE001 - no store yet
+        return 0
+
+
+def _files(work: Path) -> set[str]:
+    """Files under ``work`` but the data cache and the run store (which a case may rightly open)."""
+    skip = ("data/", "mlruns/")
+    return {str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()
+            and not str(p.relative_to(work)).startswith(skip)}
+
+
+def _wait(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _case(env: dict[str, str], work: Path, what: str, argv: list[str]) -> tuple[str, int, str, str]:
+    """Run one case; ``(what, exit status, first error line, what it left behind)``."""
+    uri, before, running = env["MLFLOW_TRACKING_URI"], _files(work), _running_runs(env["MLFLOW_TRACKING_URI"])
+    proc = subprocess.Popen(rankitect(*argv), env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    _, err = proc.communicate(timeout=600)
+    orphans = [] if _wait(lambda: not _session_alive(proc.pid), 30) else _session_alive(proc.pid)
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.startswith("rankitect:")]
+    return (what, proc.returncode, lines[0] if lines else err.strip()[-200:],
+            _left(_running_runs(uri) - running, orphans, sorted(_files(work) - before)))
+
+
+def _left(running: int, orphans: list[int], files: list[str]) -> str:
+    parts = [f"{running} RUNNING run(s)"] * bool(running) + [f"{len(orphans)} process(es)"] * bool(orphans)
+    parts += [f"files {files[:3]}"] * bool(files)
+    return ", ".join(parts) or "nothing"
+
+
+def _issue36_files(work: Path) -> None:
+    """The bad files of issue 36's cases (CSV data sets with their schemas, a genotype)."""
+    import numpy as np
+
+    schema = "label: y\ndense: [a, b]\nsparse: [c]\n"
+    rows = [f"{i % 2},{i},{i * 0.5},k{i % 7}" for i in range(400)]
+    for name, edit in (("zeros", lambda r: ["0" + x[1:] for x in r]), ("ragged", lambda r: r[:9] + ["1,2"] + r[10:]),
+                       ("infdense", lambda r: r[:9] + ["1,3,inf,k1"] + r[10:])):
+        (work / f"{name}.csv").write_text("y,a,b,c\n" + "\n".join(edit(list(rows))) + "\n")
+        (work / f"{name}.schema.yaml").write_text(schema)
+    deep = {"blocks": [{"op": "mlp", "inputs": ["dense"], "params": {"width": 8, "num_layers": 1_000_000}}],
+            "embedding_dim": 4}
+    (work / "deep.json").write_text(json.dumps(deep))
+    (work / "nested.json").write_text("[" * 100_000 + "]" * 100_000)
+    good = work / "data" / "pickled"  # a data directory whose labels are a pickle that would run code
+    (work / "good.csv").write_text("y,a,b,c\n" + "\n".join(rows) + "\n")
+    (work / "good.schema.yaml").write_text(schema)
+    from rankitect.data.tabular import read_tabular
+
+    read_tabular(work / "good.csv", work / "good.schema.yaml", good)
+    hostile = np.empty(2, dtype=object)
+    hostile[:] = [_Unpickled(str(work / "data" / "code_ran"))] * 2
+    np.save(good / "train" / "labels.npy", hostile, allow_pickle=True)
+
+
+class _Unpickled:
+    """Unpickling it creates a file: the proof that code ran."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (os.mkdir, (self.path,))
+
+
+def issue36_cases(env: dict[str, str], work: Path) -> list[tuple[str, int, str, str]]:
+    """Issue 36's bad inputs as real processes: exit status, first error line, what was left behind.
+
+    The search-identity cases (resume with other data, duplicate baselines, flops_range [5, 1],
+    baselines [nosuch]) check the search's own refusals; the rest the genotype pricing and the
+    data checks."""
+    _issue36_files(work)
+    tiny = ["data.rows=3000", "runtime.threads=1", "train.steps=1"]
+    train = ["train", "--arch", "baseline:dlrm", *tiny]
+    rows = [
+        _case(env, work, "million-layer genotype", ["train", "--arch", "deep.json", *tiny]),
+        _case(env, work, "JSON nested 100,000 deep", ["train", "--arch", "nested.json", *tiny]),
+        _case(env, work, "all-zero labels", [*train, "data.source=zeros.csv"]),
+        _case(env, work, "ragged row", [*train, "data.source=ragged.csv"]),
+        _case(env, work, "inf dense", [*train, "data.source=infdense.csv"]),
+        _case(env, work, "pickled npy in a data cache", [*train, f"data.source={work / 'data' / 'pickled'}"]),
+        _case(env, work, "search.baselines=[nosuch]", ["search", "search.baselines=[nosuch]", *tiny]),
+        _case(env, work, "search.baselines=[dlrm,dlrm]", ["search", "search.baselines=[dlrm,dlrm]", *tiny]),
+        _case(env, work, "search.flops_range=[5,1]", ["search", "search.flops_range=[5,1]", *tiny]),
+    ]
+    if (work / "data" / "code_ran").exists():
+        rows.append(("pickled npy: code ran", -1, "the pickle was loaded", "a directory made by its code"))
+    rows.append(_resume_with_other_data(env, work, tiny))
+    rows.append(_kill_pool_of_two(env, work, tiny))
+    return rows
+
+
+def _resume_with_other_data(env: dict[str, str], work: Path, tiny: list[str]) -> tuple[str, int, str, str]:
+    """A one-trial search on 3000 rows, then its --resume with data.rows=3500."""
+    argv = ["search", "--trials", "1", "search.baselines=[dlrm]", *tiny]
+    done = subprocess.run(rankitect(*argv), env=env, cwd=work, capture_output=True, text=True, timeout=600)
+    if "search run " not in done.stdout:
+        return ("resume with other data", done.returncode, "the first search did not start", "")
+    parent = done.stdout.split("search run ")[1].split(":")[0]
+    return _case(env, work, "resume with other data", ["search", "--resume", parent, "data.rows=3500"])
+
+
+def _kill_pool_of_two(env: dict[str, str], work: Path, tiny: list[str]) -> tuple[str, int, str, str]:
+    """kill -9 of a search with --workers 2 once its pool runs: what of its session is left."""
+    argv = ["search", "--workers", "2", "--trials", "4", "search.baselines=[dlrm]", *tiny[:-1], "train.steps=400"]
+    proc = subprocess.Popen(rankitect(*argv), env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    # parent, resource tracker and two workers: the pool runs
+    started = _wait(lambda: len(_session_alive(proc.pid)) >= 4, 300)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gone = _wait(lambda: not _session_alive(proc.pid), 60)
+    left = _session_alive(proc.pid)
+    for pid in left:  # the bench leaves nothing running either way
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    note = "pool started" if started else "pool never reached 2 workers"
+    return ("kill -9 with --workers 2", proc.returncode, note,
+            "nothing" if gone else f"{len(left)} process(es) (killed by the bench)")
+
+
+def print_issue36(env: dict[str, str], work: Path) -> None:
+    rows = issue36_cases(env, work)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'case':<{width}}  exit  left behind  |  first error line")
+    for what, code, line, left in rows:
+        print(f"{what:<{width}}  {code:>4}  {left}  |  {line[:140]}")
+    print(f"exit 2: {sum(code == 2 for _, code, _, _ in rows)} of {len(rows)}; "
+          f"nothing left: {sum(left == 'nothing' for *_, left in rows)} of {len(rows)}")
+
+
+def main_issue36() -> None:
+    """``fault_bench.py --issue36``: only issue 36's cases, in a throwaway folder."""
+    with tempfile.TemporaryDirectory(prefix="fault-bench-36-") as tmp:
+        work = Path(tmp)
+        env = {**os.environ, "RANKITECT_DATA_DIR": str(work / "data"), "PYTHONUNBUFFERED": "1",
+               "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlruns/mlflow.db", "PYTHONPATH": str(ROOT)}
+        print_issue36(env, work)
 
 
 if __name__ == "__main__":
-    main()
+    if "--issue36" in sys.argv:
+        main_issue36()
+    else:
+        main()

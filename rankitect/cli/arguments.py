@@ -75,26 +75,32 @@ def is_genotype_ref(target: str) -> bool:
     return target.startswith("baseline:") or target.endswith(".json") or Path(target).is_file()
 
 
-def load_arch(ref: str, spec: Any) -> Any:
-    """The ``Architecture`` that ``--arch ref`` names: ``baseline:NAME`` or a genotype JSON file,
-    checked against ``spec`` by building it without weights."""
-    from rankitect.space.architecture import Architecture
+def load_arch(ref: str, spec: Any, cfg: Config | None = None) -> Any:
+    """The ``Architecture`` that ``--arch ref`` names: ``baseline:NAME`` or a genotype JSON file
+    (read within the genotype size and depth limits), priced on ``spec`` before anything is built
+    and refused above ``runtime.memory_budget`` for ``train.batch_size`` rows a step (``cfg``'s,
+    else the defaults)."""
+    from rankitect.space.architecture import read_genotype
+    from rankitect.space.pricing import check_fits
 
+    cfg = cfg or Config()
     if ref.startswith("baseline:"):
         from rankitect.space.baselines import BASELINES, get_baseline
 
         name = ref.split(":", 1)[1]
         if name not in BASELINES:
             raise UserError(f"--arch {ref}: unknown baseline {name!r}; known: {sorted(BASELINES)}")
-        return get_baseline(name, spec)
+        arch = get_baseline(name, spec)
+        check_fits(arch, spec, cfg.runtime.memory_budget, cfg.train.batch_size, where=f"--arch {ref}: ")
+        return arch
     path = Path(ref)
     if not path.is_file():
         raise UserError(f"--arch {ref}: no such file (give a genotype JSON or baseline:NAME)")
-    from rankitect.space.flops import cost
-
+    arch = read_genotype(path)
     try:
-        arch = Architecture.from_json(path.read_text())
-        cost(arch, spec)  # builds it without weights: an unknown op, activation or size is refused here
+        # Priced on the meta device: an unknown activation or a size that does not fit the data is
+        # refused here, and so is a model above the budget, before one weight is allocated.
+        check_fits(arch, spec, cfg.runtime.memory_budget, cfg.train.batch_size, where=f"{path}: ")
     except (ValueError, TypeError, KeyError) as e:
         raise UserError(f"{path}: not a valid genotype: {e}") from None
     return arch

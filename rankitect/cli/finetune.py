@@ -63,14 +63,16 @@ def finetune_run(
     from rankitect.export.exporter import read_state_dict
     from rankitect.search.base import TrialResult
     from rankitect.space import build_model
-    from rankitect.space.architecture import Architecture
+    from rankitect.space.architecture import read_genotype
     from rankitect.space.flops import cost
+    from rankitect.space.pricing import check_fits
     from rankitect.train.finetune import check_same_features, finetune_model
 
     with tempfile.TemporaryDirectory() as tmp:
         files = tracker.fetch_model_files(run_id, tmp)
-        arch = Architecture.from_json(files.genotype.read_text())
+        arch = read_genotype(files.genotype)
         trained = FeatureSpec.load(files.spec)
+        check_fits(arch, data.spec, cfg.runtime.memory_budget, cfg.train.batch_size, where=f"finetune {run_id}: ")
         check_same_features(trained, data.spec, f"finetune {run_id}")
         spec = data.spec if from_scratch else data.spec.with_dense_stats_of(trained)  # inputs as the weights saw them
         with torch.random.fork_rng():

@@ -60,7 +60,7 @@ def _probe_target(args: argparse.Namespace, cfg: Config, data: Any, tracker: Any
 
     target = args.target
     if tracker is None:
-        arch = load_arch(target, data.spec)
+        arch = load_arch(target, data.spec, cfg)
         if args.steps:
             from dataclasses import replace
 
@@ -73,12 +73,15 @@ def _probe_target(args: argparse.Namespace, cfg: Config, data: Any, tracker: Any
             return build_model(arch, data.spec), f"{target} ({arch.hash}, random init)"
     from rankitect.data.spec import FeatureSpec
     from rankitect.export.exporter import read_state_dict
-    from rankitect.space.architecture import Architecture
+    from rankitect.space.architecture import read_genotype
+    from rankitect.space.pricing import check_fits
     from rankitect.train.finetune import check_same_features
 
     with tempfile.TemporaryDirectory() as tmp:
         files = tracker.fetch_model_files(target, tmp)
         check_same_features(FeatureSpec.load(files.spec), data.spec, f"probe {target}")
-        model = build_model(Architecture.from_json(files.genotype.read_text()), data.spec)
+        arch = read_genotype(files.genotype)
+        check_fits(arch, data.spec, cfg.runtime.memory_budget, None, where=f"probe {target}: ")
+        model = build_model(arch, data.spec)
         model.load_state_dict(read_state_dict(files.weights))  # an unreadable file: one-line DataError
     return model, f"run {files.run_id}"

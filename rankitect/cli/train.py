@@ -38,7 +38,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     if cfg.runtime.sharding == "torchrec":
         return _train_sharded(args, cfg)
     data = open_data(cfg.data.source, cfg.data, progress=True)
-    arch = load_arch(args.arch, data.spec)
+    arch = load_arch(args.arch, data.spec, cfg)
     c = cost(arch, data.spec)
     budget = f"at most {cfg.train.steps} steps" if cfg.train.steps else f"at most {cfg.train.max_epochs} epochs"
     print(f"training {arch.hash}: {c.mflops:.3f} MFLOPs/example, {c.params:,} params, {budget}")
@@ -67,7 +67,7 @@ def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
     env = init_distributed(cfg.runtime.device)
     try:
         data = open_data_in_turn(env, cfg.data.source, cfg.data)
-        arch = load_arch(args.arch, data.spec)
+        arch = load_arch(args.arch, data.spec, cfg)
         c = cost(arch, data.spec)
         if env.is_main:
             print(f"training {arch.hash} on {env.world_size} rank(s), tables sharded by torchrec: "

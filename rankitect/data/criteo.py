@@ -6,7 +6,8 @@ Input layout, one row per line, tab-separated, no header: ``label`` (0/1), 13 in
 
 Transforms (fixed and documented, as in DLRM's and FuxiCTR's Criteo pipelines):
 
-* dense: ``log(1 + max(x, 0))``; a missing value is 0 (the same as ``x <= 0``).
+* dense: ``log(1 + max(x, 0))``; a missing (empty) value is 0 (the same as ``x <= 0``); a value that
+  is not a finite number (``inf``, ``nan``, ``1e400``) is an error naming its line and column.
 * categorical, by default (``min_count=0``): SipHash of the string, salted per column
   (:func:`rankitect.data.hashing.hash_strings`), into ``vocab_size - 1`` buckets: ids
   ``1 .. vocab_size - 1``; id 0 = missing. One pass, memory flat, every column ``vocab_size`` ids.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,11 @@ def _parse_block(block: bytes, lines: np.ndarray, path: Path) -> tuple[np.ndarra
         k = bad[0]
         raise DataError(f"label must be 0 or 1, got {df[0].iloc[k].item()!r}", path=str(path), line=int(lines[k]))
     ints = df[list(range(1, 1 + N_INT))].to_numpy(np.float64)
+    inf = np.argwhere(np.isinf(ints))  # "inf", "-Infinity", "1e400": parsed, but no count is infinite
+    if len(inf):
+        k, j = (int(v) for v in inf[0])
+        raise DataError(f"column {j + 2} ({INT_NAMES[j]}): {float(ints[k, j])!r} is not a finite number",
+                        path=str(path), line=int(lines[k]))
     dense = np.log1p(np.maximum(np.nan_to_num(ints, nan=0.0), 0.0)).astype(np.float32)
     return labels.astype(np.float32), dense, df[list(range(1 + N_INT, N_COLS))]
 
@@ -127,11 +134,14 @@ def _raise_bad_number(block: bytes, lines: np.ndarray, path: Path, err: Exceptio
         for j, field in enumerate(fields[: 1 + N_INT]):
             if field:
                 try:
-                    float(field)
+                    value: float | None = float(field)
                 except ValueError:
+                    value = None
+                if value is None or not math.isfinite(value):  # "nan" is not missing here: missing is empty
                     col = "label" if j == 0 else INT_NAMES[j - 1]
-                    raise DataError(f"column {j + 1} ({col}): {field.decode(errors='replace')!r} is not a number",
-                                    path=str(path), line=int(line_no)) from None
+                    what = "a number" if value is None else "a finite number"
+                    raise DataError(f"column {j + 1} ({col}): {field.decode(errors='replace')!r} is not {what}",
+                                    path=str(path), line=int(line_no))
     raise DataError(f"could not parse: {err}", path=str(path), line=int(lines[0]) if len(lines) else None)
 
 

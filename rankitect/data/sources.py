@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,10 +51,13 @@ def open_data(
     ``~/.cache/rankitect/data``).
 
     A data set whose train or validation split is empty is refused (a :class:`DataError` naming
-    the source and the size of each split): nothing could be trained or selected on it.
+    the source and the size of each split): nothing could be trained or selected on it. So is one
+    whose train labels are all one value; val or test labels of one value are warned about
+    (:func:`require_labels`).
     """
-    return require_splits(_open(source, options, rows=rows, seed=seed, schema=schema, vocab_size=vocab_size,
-                                cache_dir=cache_dir, progress=progress), source)
+    data = _open(source, options, rows=rows, seed=seed, schema=schema, vocab_size=vocab_size, cache_dir=cache_dir,
+                 progress=progress)
+    return require_labels(require_splits(data, source), source)
 
 
 def require_splits(data: ClickData, source: str | Path) -> ClickData:
@@ -65,6 +69,23 @@ def require_splits(data: ClickData, source: str | Path) -> ClickData:
         raise DataError(f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty ({counts} "
                         "rows; rows go to a split by a hash of their request id): more rows or more distinct "
                         "request ids are needed", path=str(source))
+    return data
+
+
+def require_labels(data: ClickData, source: str | Path) -> ClickData:
+    """``data`` if its train split holds both labels; else a :class:`DataError` (a model learns
+    nothing from one label, and NE, whose unit is the label entropy, is undefined). A val or test
+    split with one label is only warned about: its NE and logloss still score, its AUC is undefined."""
+    for name in SPLITS:
+        stats = data.meta["splits"][name]
+        rows, positives = int(stats["rows"]), int(stats["positives"])
+        if rows == 0 or 0 < positives < rows:
+            continue
+        what = f"every label of the {name} split is {0 if positives == 0 else 1} ({rows} rows)"
+        if name == "train":
+            raise DataError(f"{what}: a model learns nothing from one label value and NE is undefined; the label "
+                            "column needs both 0s and 1s", path=str(source))
+        warnings.warn(f"{source}: {what}: its AUC is undefined (NE still scores)", stacklevel=2)
     return data
 
 

@@ -67,16 +67,31 @@ def entropy(ctr: float) -> float:
     return float(-(ctr * np.log(ctr) + (1 - ctr) * np.log1p(-ctr)))
 
 
+def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
+    """A plain numeric ``.npy`` array, memory-mapped (or read, ``mmap=False``); a file that is not
+    one (a pickled object array among them: never unpickled, so no code runs) is a
+    :class:`DataError` naming the file."""
+    try:
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"not a plain numeric .npy array ({e}); delete the data directory to rebuild it",
+                        path=str(path)) from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        raise DataError(f"not a plain numeric .npy array (dtype {getattr(array, 'dtype', '?')}); delete the data "
+                        "directory to rebuild it", path=str(path))
+    return array
+
+
 class Split:
     """One split of a :class:`ClickData`: memory-mapped arrays plus their statistics."""
 
     def __init__(self, path: Path, name: str, spec: FeatureSpec, stats: Mapping[str, Any]) -> None:
         self.name, self.spec, self.stats = name, spec, dict(stats)
-        self.dense = np.load(path / "dense.npy", mmap_mode="r")
-        self.sparse = np.load(path / "sparse.npy", mmap_mode="r")
-        self.labels = np.load(path / "labels.npy", mmap_mode="r")
-        self.request_ids = np.load(path / "request_ids.npy", mmap_mode="r")
-        self.probs = np.load(path / "probs.npy", mmap_mode="r") if (path / "probs.npy").exists() else None
+        self.dense = load_array(path / "dense.npy")
+        self.sparse = load_array(path / "sparse.npy")
+        self.labels = load_array(path / "labels.npy")
+        self.request_ids = load_array(path / "request_ids.npy")
+        self.probs = load_array(path / "probs.npy") if (path / "probs.npy").exists() else None
         self._starts: np.ndarray | None = None
 
     def __len__(self) -> int:

@@ -3,7 +3,7 @@
 Schema keys (anything else is an error naming the schema file and the key)::
 
     label: clicked                # required: a 0/1 (or boolean) column
-    dense: [price, age]           # real-valued columns; missing -> 0
+    dense: [price, age]           # real-valued columns; missing (empty, NA, nan) -> 0; inf is an error
     dense_transform: log1p        # "log1p" (default): sign(x) * log(1 + |x|); "none": as read
     sparse: [user, item, city]    # categorical columns (strings or ints)
     request: [user, city]         # which of the above are request side (default: none)
@@ -25,6 +25,10 @@ Requests: with ``request_id`` the rows of one request are gathered (order of fir
 rows kept in file order) and stored request ids are those first-appearance numbers; a request's
 split is chosen by the hash of its ``request_id`` value. Request-side columns must be constant
 within a request. Without ``request_id`` every row is its own request.
+
+Every CSV line must have as many fields as the header (a ragged line is an error naming it), and
+every dense and label value must be a finite number where it is not missing (``inf``, ``-inf`` or
+``1e400`` is an error naming the line and column).
 
 The file is read whole into one pandas frame (arrays are then streamed to disk in chunks); the
 result is cached under a key of the file (path, size, mtime) and the schema's text. With
@@ -121,6 +125,7 @@ def _read_frame(path: Path, s: dict[str, Any], schema_path: Path) -> pd.DataFram
             present = set(pq.read_schema(path).names)
         else:
             present = set(pd.read_csv(path, nrows=0).columns)
+            check_field_counts(path)
         for key in ("label", "dense", "sparse", "request_id"):
             for c in [s[key]] if isinstance(s[key], str) else (s[key] or []):
                 if c not in present:
@@ -138,6 +143,46 @@ def _read_frame(path: Path, s: dict[str, Any], schema_path: Path) -> pd.DataFram
         raise DataError(f"could not read: {e}", path=str(path)) from None
 
 
+def check_field_counts(path: Path) -> None:
+    """Every non-blank line of the CSV ``path`` holds as many fields as its header line; else a
+    :class:`DataError` naming the first line that does not (pandas would pad a short line with
+    missing values, and with ``usecols`` drop a long one's extra fields, without a word)."""
+    raw = path.read_bytes()
+    if b'"' in raw:  # quoted fields may hold commas and newlines: the csv module knows the rules
+        _check_quoted_field_counts(path)
+        return
+    a = np.frombuffer(raw if raw.endswith(b"\n") else raw + b"\n", dtype=np.uint8)
+    ends = np.flatnonzero(a == 10)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    fields = np.diff(np.searchsorted(np.flatnonzero(a == 44), ends), prepend=0) + 1  # commas + 1, per line
+    length = ends - starts
+    cr = length > 0
+    cr[cr] = a[ends[cr] - 1] == 13
+    filled = np.flatnonzero(length - cr > 0)
+    if len(filled) == 0:
+        return
+    expected = fields[filled[0]]
+    bad = filled[fields[filled] != expected]
+    if len(bad):
+        k = int(bad[0])
+        raise DataError(f"{fields[k]} fields, expected {expected} (as the header has)", path=str(path), line=k + 1)
+
+
+def _check_quoted_field_counts(path: Path) -> None:
+    import csv
+
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        expected = None
+        for row in reader:
+            if not row:
+                continue
+            expected = len(row) if expected is None else expected
+            if len(row) != expected:
+                raise DataError(f"{len(row)} fields, expected {expected} (as the header has)", path=str(path),
+                                line=reader.line_num)
+
+
 def _where(path: Path, row: int) -> dict[str, Any]:
     """Error location of 0-based data row ``row``: a CSV line (header is line 1) or a parquet row."""
     if path.suffix.lower() in (".parquet", ".pq"):
@@ -152,6 +197,10 @@ def _numeric(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     bad = np.flatnonzero(np.isnan(num) & orig.notna().to_numpy())
     if len(bad):
         raise DataError(f"column {col!r}: {_plain(orig.iloc[bad[0]])!r} is not a number", **_where(path, int(bad[0])))
+    bad = np.flatnonzero(np.isinf(num))  # "inf", "-inf", "1e400": no missing-value rule covers them
+    if len(bad):
+        raise DataError(f"column {col!r}: {_plain(orig.iloc[bad[0]])!r} is not a finite number",
+                        **_where(path, int(bad[0])))
     return num
 
 

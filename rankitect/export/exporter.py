@@ -30,8 +30,9 @@ from rankitect.errors import DataError
 from rankitect.data.store import ClickData
 from rankitect.export.codegen import generate_source
 from rankitect.export.preprocess import preprocessing
-from rankitect.space.architecture import Architecture
+from rankitect.space.architecture import Architecture, read_genotype
 from rankitect.space.builder import RankingModel, build_model
+from rankitect.space.pricing import check_fits
 
 EMBEDDING_PREFIX = "embedding.ebc.embedding_bags."
 # What a damaged or foreign weights file raises from torch.load / safetensors.
@@ -144,15 +145,13 @@ def export_from_files(
 ) -> Path:
     """Rebuild a model from its genotype, feature spec and weights files, and export it to ``out_dir``
     (with ``data``, its feature preprocessing too)."""
-    try:
-        arch = Architecture.from_json(Path(genotype_json_path).read_text())
-    except (OSError, ValueError) as err:
-        raise DataError(f"not a genotype: {err}", path=str(genotype_json_path)) from None
+    arch = read_genotype(genotype_json_path)  # within the size and depth limits; DataError naming the file
     try:
         spec = FeatureSpec.load(spec_json_path)
     except (OSError, ValueError, TypeError, json.JSONDecodeError) as err:
         raise DataError(f"not a feature spec: {err}", path=str(spec_json_path)) from None
     try:
+        check_fits(arch, spec, None, None, where=f"{genotype_json_path}: ")  # its weights fit, before they are made
         model = build_model(arch, spec)
     except ValueError as err:
         raise DataError(f"the genotype does not fit the feature spec: {err}", path=str(genotype_json_path)) from None

@@ -18,9 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rankitect.data.store import ClickData
+from rankitect.data.store import ClickData, load_array
 from rankitect.errors import DataError
 
 FORMAT = 1
@@ -61,5 +59,5 @@ def _tabular_sparse(data: ClickData, params: dict[str, Any], j: int, feature: An
     if not path.is_file():
         raise DataError(f"export: the vocabulary of column {feature.name!r} was not kept (a cache written by an "
                         "older rankitect: delete it to rebuild)", path=str(data.path))
-    hashes = np.load(path)
+    hashes = load_array(path, mmap=False)  # a pickled .npy is refused, never unpickled
     return entry | {"encoding": "vocab", "hashes": [int(h) for h in hashes]}  # id of hashes[i] is i + 2

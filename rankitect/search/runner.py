@@ -213,8 +213,8 @@ class SearchRunner:
 
     def _trial_runner(self) -> InlineRunner | TrialPool:
         if self.cfg.search.workers > 1:
-            return TrialPool(str(self.data.path), self.cfg.search.workers)
-        return InlineRunner(self.data)
+            return TrialPool(str(self.data.path), self.cfg.search.workers, memory_budget=self.cfg.runtime.memory_budget)
+        return InlineRunner(self.data, memory_budget=self.cfg.runtime.memory_budget)
 
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
         """Train the baselines under the same budget (once per search: by the parent's owner)."""

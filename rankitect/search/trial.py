@@ -8,6 +8,7 @@ a candidate that fails to build, raises while training, or diverges becomes a fa
 from __future__ import annotations
 
 import logging
+import os
 import time
 import traceback
 import multiprocessing as mp
@@ -24,6 +25,7 @@ from rankitect.cost import measure
 from rankitect.search.base import TrialResult
 from rankitect.search.pruning import RungTicket
 from rankitect.space.architecture import Architecture
+from rankitect.space.pricing import check_fits
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +52,22 @@ def candidates_per_request(data: Any) -> float:
 
 def run_trial(
     arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+    *, memory_budget: float | None = None,
 ) -> TrialOutput:
     """:func:`_run_trial`, with the wall clock of its start and end (not of its wait in a queue)."""
     started = time.time()
-    out = _run_trial(arch, data, cfg, weights_path, ticket)
+    out = _run_trial(arch, data, cfg, weights_path, ticket, memory_budget=memory_budget)
     return replace(out, started=started, ended=time.time())
 
 
 def _run_trial(
     arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+    *, memory_budget: float | None = None,
 ) -> TrialOutput:
-    """Cost (:func:`~rankitect.cost.measure`, once), train and score ``arch`` on ``data``;
-    failures are returned, not raised. The result carries the :class:`~rankitect.cost.Cost`.
+    """Price (against ``runtime.memory_budget``, ``memory_budget`` GB), cost
+    (:func:`~rankitect.cost.measure`, once), train and score ``arch`` on ``data``; failures are
+    returned, not raised: a candidate above the budget fails before anything of it is built. The
+    result carries the :class:`~rankitect.cost.Cost`.
 
     With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors. With
     ``ticket`` every validation is reported to the search's rung study, which may stop the
@@ -73,6 +79,7 @@ def _run_trial(
     start = time.perf_counter()
     mflops = params = cost = None
     try:
+        check_fits(arch, data.spec, memory_budget, cfg.batch_size)
         # A ROCS-masked candidate is served by score_requests, its request part once per request:
         # it is ranked by the MFLOPs per example at the data's candidates per request.
         cost = measure(arch, data.spec, candidates_per_request(data) if arch.rocs else None)
@@ -107,10 +114,35 @@ def _run_trial(
 _WORKER_DATA: dict[str, Any] = {}  # one opened data set per worker process (set by the initializer)
 
 
-def _init_worker(data_path: str, threads: int) -> None:
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal this process gets when its parent ends
+
+
+def die_with_parent(parent: int) -> None:
+    """Have Linux SIGKILL this process when ``parent`` (the process that started it) ends, however it
+    ends (``kill -9`` included, where no cleanup of the parent's runs); exit at once when it has
+    already ended. Elsewhere a no-op: the pool's own shutdown is all there is.
+
+    Linux sends the signal when the *thread* that started the process ends: the pool's workers are
+    started by ``submit``, which the search calls from its main thread."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc prctl: not Linux
+        return
+    if os.getppid() != parent:  # the parent ended before the signal was asked for
+        os._exit(1)
+
+
+def _init_worker(data_path: str, threads: int, memory_budget: float | None = None, parent: int | None = None) -> None:
     import os
 
     import torch
+
+    if parent is not None:
+        die_with_parent(parent)
 
     if os.environ.get("RANKITECT_QUIET"):  # set by the command line without -v
         from rankitect.verbosity import quiet_third_party
@@ -122,23 +154,25 @@ def _init_worker(data_path: str, threads: int) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
     _WORKER_DATA["data"] = ClickData.open(data_path)
+    _WORKER_DATA["memory_budget"] = memory_budget
 
 
 def _run_in_worker(arch_json: str, cfg: TrainConfig, weights_path: str | None, ticket: RungTicket | None) -> TrialOutput:
-    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg, weights_path, ticket)
+    return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg, weights_path, ticket,
+                     memory_budget=_WORKER_DATA["memory_budget"])
 
 
 class InlineRunner:
     """Runs each trial at once in this process; ``submit`` returns an already finished future."""
 
-    def __init__(self, data: Any) -> None:
-        self.data = data
+    def __init__(self, data: Any, *, memory_budget: float | None = None) -> None:
+        self.data, self.memory_budget = data, memory_budget
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
     ) -> Future:
         future: Future = Future()
-        future.set_result(run_trial(arch, self.data, cfg, weights_path, ticket))
+        future.set_result(run_trial(arch, self.data, cfg, weights_path, ticket, memory_budget=self.memory_budget))
         return future
 
     def close(self) -> None:
@@ -151,17 +185,22 @@ class InlineRunner:
 class TrialPool:
     """``workers`` processes, each with the data set opened once (memory-mapped, so shared).
 
-    A worker that dies (killed, out of memory) fails only its own trial: the pool is rebuilt.
+    A worker that dies (killed, out of memory) fails only its own trial: the pool is rebuilt. The
+    workers end with this process however it ends (:func:`die_with_parent`), and with them the
+    last holders of multiprocessing's resource tracker pipe, so the tracker ends too.
     """
 
-    def __init__(self, data_path: str, workers: int, threads_per_worker: int = 1) -> None:
+    def __init__(
+        self, data_path: str, workers: int, threads_per_worker: int = 1, *, memory_budget: float | None = None,
+    ) -> None:
         self.data_path, self.workers, self.threads = data_path, workers, threads_per_worker
+        self.memory_budget = memory_budget
         self.executor = self._new_executor()
 
     def _new_executor(self) -> ProcessPoolExecutor:
         ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(self.data_path, self.threads))
+                                   initargs=(self.data_path, self.threads, self.memory_budget, os.getpid()))
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,

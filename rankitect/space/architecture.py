@@ -16,16 +16,25 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Union
 
 import rankitect.blocks  # noqa: F401  (importing the package registers every block)
 from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
 from rankitect.blocks.common import check_share
+from rankitect.errors import DataError
 
 RAW_INPUTS = ("dense", "sparse")
+# Genotype JSON is read within these: a genotype nests 4 deep and a large one takes a few KB, so
+# a deeper or bigger text is not a genotype (and would take the parser's stack or the machine).
+MAX_JSON_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 32
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
 InputRef = Union[int, str]
 _SCALARS = (bool, int, float, str)
 # Int params that may be 0 (every other int param must be >= 1): DCN full rank, a Wukong FMB without hidden layers.
@@ -360,9 +369,46 @@ class Architecture:
 
     @classmethod
     def from_json(cls, text: str) -> Architecture:
+        """The architecture of a genotype JSON text, refused (``ValueError``) beyond
+        :data:`MAX_JSON_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH` before it is parsed."""
+        check_json_limits(text)
         return cls.from_dict(json.loads(text))
 
     @cached_property
     def hash(self) -> str:
         """The first 16 hex digits of the sha256 of the canonical JSON: stable across runs."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+def check_json_limits(text: str) -> None:
+    """Refuse a JSON text longer than :data:`MAX_JSON_BYTES` or nested deeper than
+    :data:`MAX_JSON_DEPTH`, without parsing it (the parser recurses once per level).
+
+    >>> check_json_limits('{"a": [[1], "]]]"]}')
+    >>> check_json_limits("[" * 40 + "]" * 40)
+    Traceback (most recent call last):
+    ...
+    ValueError: JSON nested deeper than 32 levels; a genotype nests 4 deep
+    """
+    if len(text) > MAX_JSON_BYTES:
+        raise ValueError(f"{len(text):,} characters, more than a genotype's limit of {MAX_JSON_BYTES:,}")
+    depth = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub('""', text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels; a genotype nests 4 deep")
+
+
+def read_genotype(path: str | Path) -> Architecture:
+    """The architecture in the genotype JSON file ``path``; a :class:`~rankitect.errors.DataError`
+    naming the file when it cannot be read, is too big or too deep, or is not a valid genotype.
+    Only the first :data:`MAX_JSON_BYTES` (+1) bytes are ever read."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise ValueError(f"more than a genotype's limit of {MAX_JSON_BYTES:,} bytes")
+        return Architecture.from_json(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as err:
+        raise DataError(f"not a valid genotype: {err}", path=str(p)) from None

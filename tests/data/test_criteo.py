@@ -133,6 +133,10 @@ def _line(label: str = "1", ints: list[str] | None = None) -> str:
     ([_line(), _line(ints=["1"] * 5 + ["x7"] + ["1"] * 7)], 2, r"column 7 \(I6\): 'x7' is not a number"),
     ([_line(), _line(), _line(label="2")], 3, r"label must be 0 or 1, got 2\.0$"),  # no numpy repr
     ([_line(), "\n", _line(label="")], 3, "label must be 0 or 1"),
+    ([_line(), _line(ints=["1"] * 2 + ["inf"] + ["1"] * 10)], 2, r"column 4 \(I3\): inf is not a finite number"),
+    ([_line(ints=["-Infinity"] + ["1"] * 12)], 1, r"column 2 \(I1\): -inf is not a finite number"),
+    ([_line(), _line(ints=["1"] * 12 + ["1e400"])], 2, r"column 14 \(I13\): inf is not a finite number"),
+    ([_line(), _line(ints=["nan"] + ["1"] * 12)], 2, r"column 2 \(I1\): 'nan' is not a finite number"),
 ])
 def test_bad_input_names_file_and_line(tmp_path, lines, line_no, match) -> None:
     path = tmp_path / "bad.tsv"
