@@ -117,6 +117,16 @@ class DnasConfig:
 
 
 @dataclass
+class SurrogateConfig:
+    """Proposals of ``random``, ``evolution`` and ``dnas``'s changes ranked by a surrogate of validation NE fitted on every finished trial."""
+
+    enabled: bool = True  # false: each proposal is the first one drawn
+    candidates: int = 8  # drawn per proposal (samples, mutations of the tournament winner, changes); the best-ranked is trained
+    kappa: float = 1.0  # rank by predicted NE minus this many spreads of the ensemble (lower confidence bound); higher explores more
+    min_trials: int = 4  # finished trials (baselines included) before it ranks; until then the first drawn is trained
+
+
+@dataclass
 class SearchConfig:
     """What to search, how, and how candidates are ranked."""
 
@@ -143,6 +153,7 @@ class SearchConfig:
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     oneshot: OneShotConfig = field(default_factory=OneShotConfig)
     dnas: DnasConfig = field(default_factory=DnasConfig)
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
 
 
 @dataclass
@@ -224,6 +235,8 @@ RANGES: dict[str, Range] = {
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
     "search.dnas.samples": Range(2),
+    "search.surrogate.candidates": AT_LEAST_1, "search.surrogate.kappa": AT_LEAST_0,
+    "search.surrogate.min_trials": Range(2),
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }
 # Keys bounded by another key: (key, bound, what the bound is called).

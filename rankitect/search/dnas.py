@@ -51,13 +51,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from rankitect.config import DnasConfig, TrainConfig
+from rankitect.config import DnasConfig, SurrogateConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.base import SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
 from rankitect.search.objective import Objective, at_most
 from rankitect.search.plan import PlanProposer
+from rankitect.search.surrogate import Guide, Guided
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
     set_bucket_edges, supernet_schedule,
@@ -343,7 +344,7 @@ class Stability:
 
 
 @register_strategy("dnas")
-class DnasSearch(PlanProposer):
+class DnasSearch(Guided, PlanProposer):
     """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
     most probable architectures proposed to be retrained from scratch.
 
@@ -361,6 +362,10 @@ class DnasSearch(PlanProposer):
     paths, and the most probable paths alone were retrained one after another without learning
     from any of them (README, Measured).
 
+    With a surrogate (``search.surrogate``, :mod:`rankitect.search.surrogate`) the change trained is
+    the best-ranked of the origin's first ``candidates`` untried ones (in the weights' order), by a
+    surrogate fitted on every trained model, baselines and pruned changes included.
+
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
     """
@@ -369,8 +374,10 @@ class DnasSearch(PlanProposer):
     check_config = staticmethod(check_dnas_config)
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
-                 config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
+                 config: DnasConfig | None = None, rocs: bool = False, fill: int = 0,
+                 surrogate: SurrogateConfig | None = None) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
+        self.guide = Guide.from_config(space, seed, surrogate)  # ranks the climb's changes
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
         self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
         self._climbing = False  # the last ask was a change (see prunable)
@@ -387,6 +394,7 @@ class DnasSearch(PlanProposer):
         """Keep a trained baseline the space holds: the search starts around the best one (and
         never retrains it). Every trained baseline tells ``epochs: auto`` how long models take here."""
         super().observe(arch, result)
+        self.learn(arch, result)
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
         return self.score(arch, result)
@@ -428,6 +436,8 @@ class DnasSearch(PlanProposer):
         super().start(context)
         self._done |= context.finished  # a resumed search proposes no finished candidate again
         self._data = context.data
+        if self.guide is not None:
+            self.guide.price = self.mflops
 
     def ask(self) -> Architecture:
         try:
@@ -474,13 +484,18 @@ class DnasSearch(PlanProposer):
         """``(origin, change)``: the most preferred change not in ``seen`` of the best trained
         architecture with one left; where ``cheaper``, a simplification (:meth:`_simpler`)."""
         for origin in self.ranked():
+            changes: dict[str, Architecture] = {}  # the first candidates_now() untried, the surrogate picks
             for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
                 except ValueError:
                     continue
                 if arch.hash not in seen and (not cheaper or self._simpler(arch, origin)):
-                    return origin, arch
+                    changes.setdefault(arch.hash, arch)
+                    if len(changes) >= self.candidates_now():
+                        break
+            if changes:
+                return origin, list(changes.values())[self.pick(list(changes.values()))]
         return None
 
     def _simpler(self, arch: Architecture, origin: Architecture) -> bool:
@@ -502,10 +517,12 @@ class DnasSearch(PlanProposer):
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         super().tell(arch, result)
         self.score(arch, result)
+        self.learn(arch, result)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["climbs"] = self._climbs
+        state.update(self.guide_state())
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
         return state
@@ -513,6 +530,7 @@ class DnasSearch(PlanProposer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
+        self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
             with torch.no_grad():
