@@ -55,7 +55,8 @@ if TYPE_CHECKING:
     from rankitect.config import SurrogateConfig
     from rankitect.space import Architecture
 
-RIDGE = 1.0  # penalty on every coefficient; columns are 0/1 or standardized, so one scale serves all
+RIDGE = 0.3  # penalty on each choice's coefficients; columns are 0/1 or standardized, so one scale serves all
+NUISANCE = 1e-6  # penalty on the shortfall's coefficient: learnt from the data, not shrunk towards 0
 PRUNED_WEIGHT = 0.5  # a pruned curve's weight beside a fully trained one
 MEMBERS = 8  # ridge models in the ensemble
 
@@ -91,8 +92,8 @@ class RidgeEnsemble:
     (9.0, True)
     """
 
-    def __init__(self, *, ridge: float = RIDGE, members: int = MEMBERS) -> None:
-        if ridge < 0 or members < 1:
+    def __init__(self, *, ridge: float | np.ndarray = RIDGE, members: int = MEMBERS) -> None:
+        if np.any(np.asarray(ridge) < 0) or members < 1:
             raise ValueError(f"ridge must be >= 0 and members >= 1, got {ridge}, {members}")
         self.ridge, self.members = ridge, members
         self.coefs: list[tuple[np.ndarray, float]] = []
@@ -116,13 +117,14 @@ class RidgeEnsemble:
         return preds.mean(axis=0), preds.std(axis=0)
 
 
-def _ridge(X: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float) -> tuple[np.ndarray, float]:
-    """Weighted ridge regression with an unpenalized intercept: ``(beta, intercept)``."""
+def _ridge(X: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float | np.ndarray) -> tuple[np.ndarray, float]:
+    """Weighted ridge regression with an unpenalized intercept: ``(beta, intercept)``; ``ridge`` is
+    one penalty or one per column."""
     total = w.sum()
     x_mean = (w[:, None] * X).sum(axis=0) / total  # (p,)
     y_mean = float((w * y).sum() / total)
     Xc, yc = X - x_mean, y - y_mean  # (n, p), (n,)
-    gram = Xc.T @ (w[:, None] * Xc) + ridge * np.eye(X.shape[1])  # (p, p)
+    gram = Xc.T @ (w[:, None] * Xc) + np.diag(np.broadcast_to(ridge, X.shape[1]))  # (p, p)
     beta = np.linalg.solve(gram, Xc.T @ (w * yc)) if X.shape[1] else np.zeros(0)
     return beta, y_mean - float(x_mean @ beta)
 
@@ -280,7 +282,9 @@ class Guide:
                       for o in obs])
         y = np.array([o.ne for o in obs])
         w = np.array([PRUNED_WEIGHT if o.pruned else 1.0 for o in obs])
-        self._model = RidgeEnsemble().fit(X, y, w, rng_seed=[self.seed, len(obs)])
+        penalty = np.full(X.shape[1], RIDGE)
+        penalty[self.features.width] = NUISANCE  # the shortfall, the first column after the choices
+        self._model = RidgeEnsemble(ridge=penalty, members=MEMBERS).fit(X, y, w, rng_seed=[self.seed, len(obs)])
         self._fitted_on = len(obs)
 
     def state_dict(self) -> dict[str, Any]:
