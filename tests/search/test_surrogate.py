@@ -188,3 +188,79 @@ def test_guided_evolution_finds_a_better_toy_model_than_unguided_on_average():
     with_s = [best(guided("evolution", seed=s, cfg=SurrogateConfig(candidates=8, min_trials=4))) for s in seeds]
     without = [best(build_strategy("evolution", ToySpace(), seed=s, **OPTIONS["evolution"])) for s in seeds]
     assert np.mean(with_s) < np.mean(without)
+
+
+def test_dnas_climb_trains_the_change_the_surrogate_ranks_best(tmp_path, monkeypatch):
+    """Of the origin's first ``candidates`` untried changes (the architecture weights' order), the
+    climb trains the one holding the option the surrogate learnt is better, not the first."""
+    import torch
+
+    from rankitect.search.base import SearchContext
+    from rankitect.search.dnas import DnasSearch
+    from rankitect.supernet.dnas_weights import ArchitectureWeights
+    from tests.search.test_dnas import TRAIN, _NoTracker, three_slots
+    from tests.search.tiny_data import tiny_click_data
+
+    s, k = three_slots(), 4
+    weights = ArchitectureWeights(s)
+    with torch.no_grad():
+        for i, a in enumerate(weights.logits):
+            a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(i)))
+    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: weights)
+    data = tiny_click_data(tmp_path / "data", rows=512)
+    context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
+                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+    strategy = DnasSearch(s, seed=0, objective=Objective(), fill=10,
+                          surrogate=SurrogateConfig(candidates=k, kappa=0.0, min_trials=4))
+    baseline = s.decode(s.sample(np.random.default_rng(1)))
+    strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=1.0))
+    strategy.start(context)
+    argmax = strategy.ask()
+    strategy.tell(argmax, TrialResult(val_ne=0.9, mflops=1.0))  # worse: the baseline is the origin
+    changes: list = []
+    for move in weights.neighbours(s.encode(baseline)):  # the first k untried, in the weights' order
+        arch = s.decode(move)
+        if arch.hash not in {baseline.hash, argmax.hash} and arch not in changes:
+            changes.append(arch)
+    changes = changes[:k]
+    last = s.encode(changes[-1])
+    label = next(lb for lb in s.active(last) if last[lb] != s.encode(baseline).get(lb))
+    holds = [s.encode(c)[label] == last[label] and label in s.active(s.encode(c)) for c in changes]
+    assert holds == [False] * (k - 1) + [True]  # only the least preferred of the k holds the option
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # trained elsewhere: that option is 0.05 better
+        arch = s.decode(s.sample(rng))
+        sample = s.encode(arch)
+        better = label in s.active(sample) and sample[label] == last[label]
+        strategy.guide.observe(arch, TrialResult(val_ne=0.8 - 0.05 * better + rng.normal(0, 0.002), mflops=1.0))
+    chosen = strategy.ask()
+    assert chosen == changes[-1] and chosen.hash in strategy.predictions
+
+
+def test_a_search_logs_what_the_surrogate_predicted_beside_what_was_measured(env):
+    from mlflow import MlflowClient
+
+    from rankitect.config import load_config
+    from rankitect.search.checkpoint import load_state
+    from rankitect.search.runner import SearchRunner
+    from tests.search.test_runner import TINY, _children
+
+    cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=4", "search.baselines=[]",
+                                 "train.steps=2", "train.warmup_steps=0", "search.surrogate.min_trials=2",
+                                 "search.surrogate.candidates=4"])
+    lines: list[str] = []
+    outcome = SearchRunner(cfg, echo=lines.append).run()
+    trials = load_state(outcome.out_dir / "state.json").candidates()
+    observed = 0  # trials finished with a validation NE before each one was proposed
+    expected = set()
+    for t in trials:
+        if observed >= 2:
+            expected.add(t.name)
+        observed += t.result["status"] == "ok"
+    runs = [MlflowClient().get_run(r.info.run_id) for r in _children(outcome.parent_run_id)]
+    predicted = {r.data.tags["genotype_hash"]: r.data.metrics for r in runs if "surrogate/predicted_ne" in r.data.metrics}
+    assert expected and set(predicted) == expected  # the first were drawn before the surrogate could rank
+    for metrics in predicted.values():
+        assert metrics["surrogate/spread"] >= 0
+    guided = [ln for ln in lines if "surrogate predicted val/ne" in ln]
+    assert len(guided) == len(expected) and all(any(h in ln for ln in guided) for h in expected)
