@@ -36,7 +36,9 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+# ../shared/data beside the checkout (or beside the folder of its worktrees)
+SHARED = next((p / "shared" / "data" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "data").is_dir()),
+              ROOT.parent / "shared" / "data")
 QUICK = ["data.rows=3000", "train.max_epochs=1", "train.steps=60", "train.val_batches=4", "train.test_batches=2",
          "train.warmup_steps=20", "train.batch_size=128"]
 QUICK_DNAS = ["supernet_steps=40", "warmup_steps=10", "epochs=1"]

@@ -114,6 +114,9 @@ class DnasConfig:
     tau_end: float = 0.5
     top_k: int = 1  # most probable architectures retrained (with search.time_budget, then changes of the best retrained so far)
     log_every: int = 10
+    stop: Literal["argmax", "ranking"] = "argmax"  # argmax: stable_steps; ranking: once the supernet's order of probe paths (the trained baselines, changes of the start) holds
+    rank_every: int = 20  # weight steps between readings of the probes' order (stop: ranking)
+    rank_tau: float = 0.2  # the supernet ranks the trained baselines below this Kendall tau: its choices are skipped and retraining (the climb) starts at once
 
 
 @dataclass
@@ -234,7 +237,7 @@ RANGES: dict[str, Range] = {
     "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
-    "search.dnas.samples": Range(2),
+    "search.dnas.samples": Range(2), "search.dnas.rank_every": AT_LEAST_1, "search.dnas.rank_tau": Range(-1, 1),
     "search.surrogate.candidates": AT_LEAST_1, "search.surrogate.kappa": AT_LEAST_0,
     "search.surrogate.min_trials": Range(2),
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,

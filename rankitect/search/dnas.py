@@ -65,6 +65,7 @@ from rankitect.supernet.train import (
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
+from rankitect.supernet.ranking import RankCheck, probe_check
 
 
 def check_dnas_config(cfg: DnasConfig) -> None:
@@ -257,7 +258,7 @@ class ArchStep:
 def dnas_search(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
     curves: CurveLogger | None = None, progress: bool = False, echo: Callable[[str], None] | None = None,
-    start: dict[str, Any] | None = None,
+    start: dict[str, Any] | None = None, rank_check: RankCheck | None = None,
 ) -> ArchitectureWeights:
     """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
 
@@ -295,7 +296,11 @@ def dnas_search(
                 row.update(arch_step.reinforce(next(val_it), generator, cfg.samples) if reinforce
                            else arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
-        done = arch_now and stable.update(weights.argmax())
+        done = arch_now and stable.update(weights.argmax()) and cfg.stop == "argmax"
+        if rank_check is not None and cfg.stop == "ranking" and step >= warmup and (step + 1 - warmup) % cfg.rank_every == 0:
+            reading = rank_check.read()  # stop: ranking, once the supernet's order of the probes holds
+            row.update({"rank/tau_previous": reading.tau_previous, "rank/tau_baselines": reading.tau_truth})
+            done = rank_check.stable
         if curves is not None and (step % cfg.log_every == 0 or step == steps - 1 or done):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
             curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops(),
@@ -304,8 +309,9 @@ def dnas_search(
             bar.set_postfix(ne=f"{row['arch/ne']:.4f}")
         if done:
             if echo is not None:
-                echo(f"dnas: the most probable architecture held {stable.held} architecture steps; "
-                     f"stopped after {step + 1} of {steps} steps")
+                why = (f"the most probable architecture held {stable.held} architecture steps" if cfg.stop == "argmax"
+                       else f"its order of {len(rank_check.probes)} probe paths held {rank_check.held} readings")
+                echo(f"dnas: {why}; stopped after {step + 1} of {steps} steps")
             break
     bar.close()
     return weights
@@ -384,6 +390,7 @@ class DnasSearch(Guided, PlanProposer):
         self._climbs = 0  # changes asked: with a FLOPs target, the two kinds take turns (see _climb)
         self._data: Any = None  # the search's data, for the MFLOPs of a change (set by start)
         self._mflops: dict[str, float] = {}  # of changes considered, by genotype hash
+        self._known: list[tuple[Architecture, float]] = []  # trained baselines and their val NE
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -395,6 +402,8 @@ class DnasSearch(Guided, PlanProposer):
         never retrains it). Every trained baseline tells ``epochs: auto`` how long models take here."""
         super().observe(arch, result)
         self.learn(arch, result)
+        if result.ok:
+            self._known.append((arch, result.val_ne))  # the probes the supernet's ranking is checked on
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
         return self.score(arch, result)
@@ -416,8 +425,11 @@ class DnasSearch(Guided, PlanProposer):
                      f"at most {steps} steps (architecture steps from step {warmup})")
         ranked = self.ranked()
         start = self.space.encode(ranked[0]) if ranked else None
+        check = probe_check(supernet, self._known, ranked[0] if ranked else None, data.split("val"),
+                            batch_size=context.train_cfg.batch_size, seed=context.seed)
         self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
-                                   curves=curves, progress=context.progress, echo=context.echo, start=start)
+                                   curves=curves, progress=context.progress, echo=context.echo, start=start,
+                                   rank_check=check)
         curves.flush()
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
@@ -425,12 +437,28 @@ class DnasSearch(Guided, PlanProposer):
         paths = self.weights.most_probable(cfg.top_k + len(self.trained))
         flops = {self.space.decode(p).hash: supernet.path_flops(p) / 1e6 for p in paths}
         archs = self.untrained([self.space.decode(p) for p in paths], cfg.top_k)
+        if check is not None and not self._ranks(check, context.echo) and self.fill > cfg.top_k and self.scored:
+            archs = []  # what it chose is not worth training first: the climb around the best baseline starts
         for arch in archs:
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         if self.fill > len(archs):
             context.echo(f"dnas: then, until {self.fill} are trained or the budget is spent, one-choice changes "
                          "of the best architecture trained so far, the most probable first")
         return archs
+
+    def _ranks(self, check: RankCheck, echo: Callable[[str], None]) -> bool:
+        """Whether the supernet ranks the trained baselines it holds at ``rank_tau`` or better (said
+        either way); with fewer than three there is nothing to judge by, and it is trusted. Scores
+        all tied (tau ``nan``) rank nothing."""
+        tau = check.read().tau_truth
+        if check.known < 3:
+            return True
+        ranks = tau >= self.config.rank_tau  # False for nan
+        echo(f"dnas: the supernet ranks the {check.known} trained baselines it holds at Kendall tau {tau:.2f}"
+             + ("" if ranks else f", below search.dnas.rank_tau {self.config.rank_tau:g}: it cannot rank here, so "
+                + ("retraining starts at once from changes of the best trained architecture"
+                   if self.fill > self.config.top_k else "what it chose is retrained, but trust it less")))
+        return ranks
 
     def start(self, context: SearchContext) -> None:
         super().start(context)
