@@ -130,6 +130,8 @@ def one_run(cfg: Any, args: argparse.Namespace, seed: int, dnas_settings: dict[s
             result = run_trial(arch, data, train_cfg).result
             ne = result.val_ne if result.ok else math.nan
         standalone.append(ne)
+        if args.verbose:
+            print(f"    trained {arch.hash} val NE {ne:.4f} ({len(standalone)} of {len(archs)})", flush=True)
     trained_s = time.perf_counter() - began
     began = time.perf_counter()
     supernet = train_supernet_for(args.supernet, space, data, dataclasses.replace(cfg, train=train_cfg), start,

@@ -237,7 +237,7 @@ RANGES: dict[str, Range] = {
     "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
-    "search.dnas.samples": Range(2), "search.dnas.rank_every": AT_LEAST_1, "search.dnas.rank_tau": Range(-1, 1),
+    "search.dnas.samples": Range(2), "search.dnas.rank_every": AT_LEAST_1, "search.dnas.rank_tau": Range(-1),
     "search.surrogate.candidates": AT_LEAST_1, "search.surrogate.kappa": AT_LEAST_0,
     "search.surrogate.min_trials": Range(2),
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
