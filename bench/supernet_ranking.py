@@ -14,7 +14,9 @@ architecture scored on the validation split twice with the supernet's weights, a
 (``evaluate_path``) and with the head fine-tuned first (``oneshot``'s ``ChildScorer``); each also
 trained from scratch under the training protocol (``run_trial``). The table gives Kendall's tau-b
 (:func:`rankitect.eval.ranking.kendall_tau`) between each supernet scoring and the stand-alone
-validation NE: 1 ranks as training does, 0 no better than chance.
+validation NE: 1 ranks as training does, 0 no better than chance. A ``dnas`` phase also reads that
+tau on 5 validation batches every ``search.dnas.rank_every`` steps after its warmup (``--dnas
+rank_every=N``): whether the supernet's ranking still improves when the phase stops.
 
 ``--data`` takes ``adult`` (``../shared/data/adult.csv`` with its schema), ``synthetic`` (the
 default source) or any other ``data.source`` (a registered source name, a file, a cache folder).
@@ -39,9 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # ../shared/data beside the checkout (or beside the folder of its worktrees)
 SHARED = next((p / "shared" / "data" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "data").is_dir()),
               ROOT.parent / "shared" / "data")
-QUICK = ["data.rows=3000", "train.max_epochs=1", "train.steps=60", "train.val_batches=4", "train.test_batches=2",
-         "train.warmup_steps=20", "train.batch_size=128"]
-QUICK_DNAS = ["supernet_steps=40", "warmup_steps=10", "epochs=1"]
+QUICK = ["data.rows=6000", "train.max_epochs=2", "train.steps=60", "train.val_batches=4", "train.test_batches=2",
+         "train.warmup_steps=10", "train.batch_size=128"]
+QUICK_DNAS = ["supernet_steps=40", "warmup_steps=10", "epochs=1", "rank_every=10"]
 
 
 def data_overrides(name: str) -> list[str]:
@@ -90,11 +92,13 @@ def best_baseline(space: Any, data: Any, train_cfg: Any, name: str) -> tuple[Any
 
 
 def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, seed: int,
-                       dnas_settings: dict[str, Any]) -> Any:
-    """A supernet trained as the ``dnas`` (leaning towards ``start``) or ``oneshot`` search trains it."""
+                       dnas_settings: dict[str, Any], archs: list[Any], standalone: list[float]) -> Any:
+    """A supernet trained as the ``dnas`` (leaning towards ``start``) or ``oneshot`` search trains it.
+    A ``dnas`` phase reads its tau against ``standalone`` every ``rank_every`` steps and prints them."""
     from rankitect.search.dnas import dnas_search
     from rankitect.search.objective import Objective
     from rankitect.search.oneshot import train_supernet
+    from rankitect.supernet.ranking import RankCheck
     from rankitect.supernet.train import build_supernet
 
     supernet = build_supernet(space, data.spec, seed)
@@ -102,7 +106,13 @@ def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, s
         dnas = dataclasses.replace(cfg.search.dnas, **dnas_settings)
         if dnas.epochs == "auto":
             dnas = dataclasses.replace(dnas, epochs=1.0)
-        dnas_search(supernet, data, cfg.train, dnas, Objective(), seed=seed, start=space.encode(start))
+        val = [b for _, b in zip(range(5), data.split("val").batches(cfg.train.batch_size, shuffle=False))]
+        truth = [ne if math.isfinite(ne) else None for ne in standalone]
+        check = RankCheck(supernet, [space.encode(a) for a in archs], val, truth=truth)
+        dnas_search(supernet, data, cfg.train, dnas, Objective(), seed=seed, start=space.encode(start),
+                    rank_check=check, echo=lambda line: print(f"  {line}"))
+        taus = " ".join(f"{r.tau_truth:.2f}" for r in check.readings)
+        print(f"  tau against stand-alone every {dnas.rank_every} steps after the warmup: {taus}", flush=True)
     else:
         train_supernet(supernet, data, cfg.train, cfg.search.oneshot, seed=seed)
     return supernet
@@ -135,7 +145,7 @@ def one_run(cfg: Any, args: argparse.Namespace, seed: int, dnas_settings: dict[s
     trained_s = time.perf_counter() - began
     began = time.perf_counter()
     supernet = train_supernet_for(args.supernet, space, data, dataclasses.replace(cfg, train=train_cfg), start,
-                                  seed, dnas_settings)
+                                  seed, dnas_settings, archs, standalone)
     supernet_s = time.perf_counter() - began
     val = list(data.split("val").batches(train_cfg.batch_size, shuffle=False))[: cfg.search.oneshot.score_batches]
     scorer = make_scorer(supernet, data, train_cfg, cfg.search.oneshot)
@@ -168,7 +178,7 @@ def main() -> None:
                         help="a config override (train.max_epochs=2, data.rows=50000, ...)")
     parser.add_argument("--dnas", action="append", default=[], metavar="KEY=VALUE", help="a search.dnas setting")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run in seconds: synthetic, 3000 rows, 6 architectures, 1 seed, start dlrm")
+                        help="a smoke run in seconds: synthetic, 6000 rows, 6 architectures, 1 seed, start dlrm")
     parser.add_argument("--verbose", action="store_true", help="every architecture's three NEs")
     args = parser.parse_args()
     overrides, dnas_items = list(args.set), list(args.dnas)

@@ -267,7 +267,9 @@ def dnas_search(
     of :func:`dnas_schedule` and stops early once the most probable architecture has not changed for
     ``stable_steps`` architecture steps. With ``start`` (a path, e.g. the best baseline's) the
     architecture weights start ``cfg.start_logit`` towards it: the search explores around it, and
-    holding the start never stops it early (:class:`Stability`).
+    holding the start never stops it early (:class:`Stability`). With ``rank_check`` the supernet's
+    order of its probe paths is read every ``cfg.rank_every`` steps after the warmup (logged as
+    ``rank/*``); with ``cfg.stop == "ranking"`` the loop stops once that order holds instead.
     """
     check_dnas_config(cfg)
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
@@ -297,10 +299,10 @@ def dnas_search(
                            else arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
         done = arch_now and stable.update(weights.argmax()) and cfg.stop == "argmax"
-        if rank_check is not None and cfg.stop == "ranking" and step >= warmup and (step + 1 - warmup) % cfg.rank_every == 0:
+        if rank_check is not None and step >= warmup and (step + 1 - warmup) % cfg.rank_every == 0:
             reading = rank_check.read()  # stop: ranking, once the supernet's order of the probes holds
             row.update({"rank/tau_previous": reading.tau_previous, "rank/tau_baselines": reading.tau_truth})
-            done = rank_check.stable
+            done = done or (cfg.stop == "ranking" and rank_check.stable)
         if curves is not None and (step % cfg.log_every == 0 or step == steps - 1 or done):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
             curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops(),
@@ -429,7 +431,7 @@ class DnasSearch(Guided, PlanProposer):
                             batch_size=context.train_cfg.batch_size, seed=context.seed)
         self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
                                    curves=curves, progress=context.progress, echo=context.echo, start=start,
-                                   rank_check=check)
+                                   rank_check=check if cfg.stop == "ranking" else None)
         curves.flush()
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
