@@ -116,7 +116,7 @@ class DnasConfig:
     log_every: int = 10
     stop: Literal["argmax", "ranking"] = "argmax"  # argmax: stable_steps; ranking: once the supernet's order of probe paths (the trained baselines, changes of the start) holds
     rank_every: int = 20  # weight steps between readings of the probes' order (stop: ranking)
-    rank_tau: float = 0.2  # the supernet ranks the trained baselines below this Kendall tau: its choices are skipped and retraining (the climb) starts at once
+    rank_tau: float = 0.2  # the supernet ranks the trained baselines (3 or more) below this Kendall tau: the output says so and, with more trials than top_k, its choices are skipped and the climb starts at once
 
 
 @dataclass
