@@ -114,6 +114,19 @@ class DnasConfig:
     tau_end: float = 0.5
     top_k: int = 1  # most probable architectures retrained (with search.time_budget, then changes of the best retrained so far)
     log_every: int = 10
+    stop: Literal["argmax", "ranking"] = "argmax"  # argmax: stable_steps; ranking: once the supernet's order of probe paths (the trained baselines, changes of the start) holds
+    rank_every: int = 20  # weight steps between readings of the probes' order (stop: ranking)
+    rank_tau: float = 0.2  # the supernet ranks the trained baselines (3 or more) below this Kendall tau: the output says so and, with more trials than top_k, its choices are skipped and the climb starts at once
+
+
+@dataclass
+class SurrogateConfig:
+    """Proposals of ``random``, ``evolution`` and ``dnas``'s changes ranked by a surrogate of validation NE fitted on every finished trial."""
+
+    enabled: bool = True  # false: each proposal is the first one drawn
+    candidates: int = 8  # drawn per proposal (samples, mutations of the tournament winner, changes); the best-ranked is trained
+    kappa: float = 1.0  # rank by predicted NE minus this many spreads of the ensemble (lower confidence bound); higher explores more
+    min_trials: int = 4  # finished trials (baselines included) before it ranks; until then the first drawn is trained
 
 
 @dataclass
@@ -143,6 +156,7 @@ class SearchConfig:
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     oneshot: OneShotConfig = field(default_factory=OneShotConfig)
     dnas: DnasConfig = field(default_factory=DnasConfig)
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
 
 
 @dataclass
@@ -223,7 +237,9 @@ RANGES: dict[str, Range] = {
     "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
     "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
-    "search.dnas.samples": Range(2),
+    "search.dnas.samples": Range(2), "search.dnas.rank_every": AT_LEAST_1, "search.dnas.rank_tau": Range(-1),
+    "search.surrogate.candidates": AT_LEAST_1, "search.surrogate.kappa": AT_LEAST_0,
+    "search.surrogate.min_trials": Range(2),
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }
 # Keys bounded by another key: (key, bound, what the bound is called).

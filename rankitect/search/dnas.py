@@ -50,19 +50,21 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from rankitect.config import DnasConfig, TrainConfig
+from rankitect.config import DnasConfig, SurrogateConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.base import SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
 from rankitect.search.objective import Objective, at_most
 from rankitect.search.plan import PlanProposer
+from rankitect.search.surrogate import Guide, Guided
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
     set_bucket_edges, supernet_schedule,
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
+from rankitect.supernet.ranking import RankCheck, probe_check
 
 
 def check_dnas_config(cfg: DnasConfig) -> None:
@@ -255,7 +257,7 @@ class ArchStep:
 def dnas_search(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
     curves: CurveLogger | None = None, progress: bool = False, echo: Callable[[str], None] | None = None,
-    start: dict[str, Any] | None = None,
+    start: dict[str, Any] | None = None, rank_check: RankCheck | None = None,
 ) -> ArchitectureWeights:
     """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
 
@@ -264,7 +266,9 @@ def dnas_search(
     of :func:`dnas_schedule` and stops early once the most probable architecture has not changed for
     ``stable_steps`` architecture steps. With ``start`` (a path, e.g. the best baseline's) the
     architecture weights start ``cfg.start_logit`` towards it: the search explores around it, and
-    holding the start never stops it early (:class:`Stability`).
+    holding the start never stops it early (:class:`Stability`). With ``rank_check`` the supernet's
+    order of its probe paths is read every ``cfg.rank_every`` steps after the warmup (logged as
+    ``rank/*``); with ``cfg.stop == "ranking"`` the loop stops once that order holds instead.
     """
     check_dnas_config(cfg)
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
@@ -293,7 +297,11 @@ def dnas_search(
                 row.update(arch_step.reinforce(next(val_it), generator, cfg.samples) if reinforce
                            else arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
-        done = arch_now and stable.update(weights.argmax())
+        done = arch_now and stable.update(weights.argmax()) and cfg.stop == "argmax"
+        if rank_check is not None and step >= warmup and (step + 1 - warmup) % cfg.rank_every == 0:
+            reading = rank_check.read()  # stop: ranking, once the supernet's order of the probes holds
+            row.update({"rank/tau_previous": reading.tau_previous, "rank/tau_baselines": reading.tau_truth})
+            done = done or (cfg.stop == "ranking" and rank_check.stable)
         if curves is not None and (step % cfg.log_every == 0 or step == steps - 1 or done):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
             curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops(),
@@ -302,8 +310,9 @@ def dnas_search(
             bar.set_postfix(ne=f"{row['arch/ne']:.4f}")
         if done:
             if echo is not None:
-                echo(f"dnas: the most probable architecture held {stable.held} architecture steps; "
-                     f"stopped after {step + 1} of {steps} steps")
+                why = (f"the most probable architecture held {stable.held} architecture steps" if cfg.stop == "argmax"
+                       else f"its order of {len(rank_check.probes)} probe paths held {rank_check.held} readings")
+                echo(f"dnas: {why}; stopped after {step + 1} of {steps} steps")
             break
     bar.close()
     return weights
@@ -342,7 +351,7 @@ class Stability:
 
 
 @register_strategy("dnas")
-class DnasSearch(PlanProposer):
+class DnasSearch(Guided, PlanProposer):
     """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
     most probable architectures proposed to be retrained from scratch.
 
@@ -360,6 +369,10 @@ class DnasSearch(PlanProposer):
     paths, and retraining the most probable paths alone, one after another, learns nothing from any
     of them.
 
+    With a surrogate (``search.surrogate``, :mod:`rankitect.search.surrogate`) the change trained is
+    the best-ranked of the origin's first ``candidates`` untried ones (in the weights' order), by a
+    surrogate fitted on every trained model, baselines and pruned changes included.
+
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
     """
@@ -368,14 +381,17 @@ class DnasSearch(PlanProposer):
     check_config = staticmethod(check_dnas_config)
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
-                 config: DnasConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
+                 config: DnasConfig | None = None, rocs: bool = False, fill: int = 0,
+                 surrogate: SurrogateConfig | None = None) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
+        self.guide = Guide.from_config(space, seed, surrogate)  # ranks the climb's changes
         self._best_steps: list[int] = []  # of every trained baseline, for epochs: auto
         self.weights: ArchitectureWeights | None = None  # once searched (or resumed)
         self._climbing = False  # the last ask was a change (see prunable)
         self._climbs = 0  # changes asked: with a FLOPs target, the two kinds take turns (see _climb)
         self._data: Any = None  # the search's data, for the MFLOPs of a change (set by start)
         self._mflops: dict[str, float] = {}  # of changes considered, by genotype hash
+        self._known: list[tuple[Architecture, float]] = []  # trained baselines and their val NE
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -386,6 +402,9 @@ class DnasSearch(PlanProposer):
         """Keep a trained baseline the space holds: the search starts around the best one (and
         never retrains it). Every trained baseline tells ``epochs: auto`` how long models take here."""
         super().observe(arch, result)
+        self.learn(arch, result)
+        if result.ok:
+            self._known.append((arch, result.val_ne))  # the probes the supernet's ranking is checked on
         if result.ok and result.best_step:
             self._best_steps.append(result.best_step)
         return self.score(arch, result)
@@ -407,8 +426,11 @@ class DnasSearch(PlanProposer):
                      f"at most {steps} steps (architecture steps from step {warmup})")
         ranked = self.ranked()
         start = self.space.encode(ranked[0]) if ranked else None
+        check = probe_check(supernet, self._known, ranked[0] if ranked else None, data.split("val"),
+                            batch_size=context.train_cfg.batch_size, seed=context.seed)
         self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
-                                   curves=curves, progress=context.progress, echo=context.echo, start=start)
+                                   curves=curves, progress=context.progress, echo=context.echo, start=start,
+                                   rank_check=check if cfg.stop == "ranking" else None)
         curves.flush()
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
@@ -416,6 +438,8 @@ class DnasSearch(PlanProposer):
         paths = self.weights.most_probable(cfg.top_k + len(self.trained))
         flops = {self.space.decode(p).hash: supernet.path_flops(p) / 1e6 for p in paths}
         archs = self.untrained([self.space.decode(p) for p in paths], cfg.top_k)
+        if check is not None and not self._ranks(check, context.echo) and self.fill > cfg.top_k and self.scored:
+            archs = []  # what it chose is not worth training first: the climb around the best baseline starts
         for arch in archs:
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         if self.fill > len(archs):
@@ -423,10 +447,26 @@ class DnasSearch(PlanProposer):
                          "of the best architecture trained so far, the most probable first")
         return archs
 
+    def _ranks(self, check: RankCheck, echo: Callable[[str], None]) -> bool:
+        """Whether the supernet ranks the trained baselines it holds at ``rank_tau`` or better (said
+        either way); with fewer than three there is nothing to judge by, and it is trusted. Scores
+        all tied (tau ``nan``) rank nothing."""
+        tau = check.read().tau_truth
+        if check.known < 3:
+            return True
+        ranks = tau >= self.config.rank_tau  # False for nan
+        echo(f"dnas: the supernet ranks the {check.known} trained baselines it holds at Kendall tau {tau:.2f}"
+             + ("" if ranks else f", below search.dnas.rank_tau {self.config.rank_tau:g}: it cannot rank here, so "
+                + ("retraining starts at once from changes of the best trained architecture"
+                   if self.fill > self.config.top_k else "what it chose is retrained, but trust it less")))
+        return ranks
+
     def start(self, context: SearchContext) -> None:
         super().start(context)
         self._done |= context.finished  # a resumed search proposes no finished candidate again
         self._data = context.data
+        if self.guide is not None:
+            self.guide.price = self.mflops
 
     def ask(self) -> Architecture:
         try:
@@ -473,13 +513,18 @@ class DnasSearch(PlanProposer):
         """``(origin, change)``: the most preferred change not in ``seen`` of the best trained
         architecture with one left; where ``cheaper``, a simplification (:meth:`_simpler`)."""
         for origin in self.ranked():
+            changes: dict[str, Architecture] = {}  # the first candidates_now() untried, the surrogate picks
             for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
                 except ValueError:
                     continue
                 if arch.hash not in seen and (not cheaper or self._simpler(arch, origin)):
-                    return origin, arch
+                    changes.setdefault(arch.hash, arch)
+                    if len(changes) >= self.candidates_now():
+                        break
+            if changes:
+                return origin, list(changes.values())[self.pick(list(changes.values()))]
         return None
 
     def _simpler(self, arch: Architecture, origin: Architecture) -> bool:
@@ -501,10 +546,12 @@ class DnasSearch(PlanProposer):
     def tell(self, arch: Architecture, result: TrialResult) -> None:
         super().tell(arch, result)
         self.score(arch, result)
+        self.learn(arch, result)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["climbs"] = self._climbs
+        state.update(self.guide_state())
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
         return state
@@ -512,6 +559,7 @@ class DnasSearch(PlanProposer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
+        self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
             with torch.no_grad():

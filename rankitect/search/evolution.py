@@ -18,6 +18,12 @@ rejected. Once ``population`` trials have finished in any state, the tournament 
 Baselines the runner trained first are *observed* (:meth:`RegularizedEvolution.observe`): they enter
 the history as finished members, so the random initial population is that much smaller and the
 first tournaments already mutate the best hand-built model.
+
+With a surrogate (``search.surrogate``, :mod:`rankitect.search.surrogate`) a tournament's winner is
+mutated ``candidates`` times and the child the surrogate ranks best is trained (and the random
+initial population is drawn the same way, ``candidates`` samples per ask): the surrogate, fitted
+on every finished trial, baselines and pruned ones included, spends the training on the most
+promising children; its lower confidence bound keeps options seldom tried in play.
 """
 
 from __future__ import annotations
@@ -29,14 +35,17 @@ from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, 
 from rankitect.search.history import Record, make_history, observe
 from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy
-from rankitect.search.random_search import sample_new
+from rankitect.search.random_search import draw_new
+from rankitect.search.surrogate import Guide, Guided
 
 if TYPE_CHECKING:
+    from rankitect.config import SurrogateConfig
+    from rankitect.search.base import SearchContext
     from rankitect.space import Architecture
 
 
 @register_strategy("evolution")
-class RegularizedEvolution(Strategy):
+class RegularizedEvolution(Guided, Strategy):
     """Aging evolution with tournament selection and duplicate rejection by genotype hash.
 
     Args:
@@ -47,12 +56,14 @@ class RegularizedEvolution(Strategy):
         max_retries: rejected children (or random samples) per ask before giving up.
         shared: share history and population with other processes through this study (see
             :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared`).
+        surrogate: ``search.surrogate``: rank ``candidates`` children (or samples) per ask (None or
+            disabled: one).
     """
 
     def __init__(
         self, space: Space, *, seed: int, objective: Objective | None = None, population: int = 8,
         sample_size: int = 4, num_mutations: int = 1, max_retries: int = 100,
-        shared: SharedStudy | None = None,
+        shared: SharedStudy | None = None, surrogate: SurrogateConfig | None = None,
     ) -> None:
         super().__init__(space, seed=seed, objective=objective)
         if population < 1:
@@ -64,6 +75,11 @@ class RegularizedEvolution(Strategy):
         self.population, self.sample_size = population, sample_size
         self.num_mutations, self.max_retries = num_mutations, max_retries
         self.history = make_history(space, shared)
+        self.guide = Guide.from_config(space, seed, surrogate)
+
+    def start(self, context: SearchContext) -> None:
+        if self.guide is not None:
+            self.guide.use_data(context.data)
 
     def ask(self) -> Architecture:
         for _ in range(self.max_retries):  # start() refuses a genotype another process just took
@@ -73,7 +89,8 @@ class RegularizedEvolution(Strategy):
             if len(finished) >= self.population and members:
                 found = self._mutate_new(members, seen)
             if found is None:
-                found = sample_new(self.space, self.rng, seen, self.max_retries)
+                drawn = draw_new(self.space, self.rng, seen, self.max_retries, self.candidates_now())
+                found = drawn[self.pick([d[0] for d in drawn])]
             arch, h, sample = found
             if self.history.start(h, sample):
                 return arch
@@ -84,6 +101,7 @@ class RegularizedEvolution(Strategy):
         if not self.history.is_pending(h):
             raise ValueError(f"told architecture {h} that was not asked (or was told already)")
         self.history.finish(h, self.objective(result), pruned=result.pruned)
+        self.learn(arch, result)
 
     def tournament(self, members: list[Record]) -> Record:
         """The best of ``sample_size`` members (all, when fewer) drawn without replacement (first
@@ -92,12 +110,18 @@ class RegularizedEvolution(Strategy):
         return min((members[int(i)] for i in drawn), key=lambda r: r.value)
 
     def _mutate_new(self, members: list[Record], seen: set[str]) -> tuple[Architecture, str, dict] | None:
+        """A new child of a tournament's winner: of ``candidates_now()`` mutations of one winner, the
+        new one the surrogate ranks best (without one: one mutation); none new: another tournament."""
         for _ in range(self.max_retries):
             parent = self.space.decode(self.tournament(members).sample)
-            child = self.space.mutate(parent, self.rng, num_mutations=self.num_mutations)
-            h = arch_hash(child)
-            if h not in seen:
-                return child, h, self._encode(child, h)
+            children: dict[str, Architecture] = {}
+            for _ in range(self.candidates_now()):
+                child = self.space.mutate(parent, self.rng, num_mutations=self.num_mutations)
+                if arch_hash(child) not in seen:
+                    children.setdefault(arch_hash(child), child)
+            if children:
+                child = list(children.values())[self.pick(list(children.values()))]
+                return child, arch_hash(child), self._encode(child, arch_hash(child))
         return None
 
     def _encode(self, child: Architecture, h: str) -> dict[str, Any]:
@@ -108,11 +132,13 @@ class RegularizedEvolution(Strategy):
         return sample
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        self.learn(arch, result)
         return observe(self.space, self.history, arch, self.objective(result))
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "history": self.history.state_dict()}
+        return {**super().state_dict(), "history": self.history.state_dict(), **self.guide_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.history.load_state_dict(state["history"])
+        self.load_guide_state(state)

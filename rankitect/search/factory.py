@@ -6,8 +6,8 @@
 Objective(target_mflops=2.0, penalty='absolute', weight=0.01)
 >>> objective_from_config(load_config().search)  # target "auto": none until the baselines are trained
 Objective(target_mflops=None, penalty='relaxed', weight=0.01)
->>> strategy_options_from_config(cfg.search)
-{'population': 8, 'sample_size': 4}
+>>> sorted(strategy_options_from_config(cfg.search))
+['population', 'sample_size', 'surrogate']
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
         options["config"] = getattr(cfg, cfg.strategy)
     if "rocs" in accepted:
         options["rocs"] = cfg.rocs
+    if "surrogate" in accepted:
+        options["surrogate"] = cfg.surrogate
     if "fill" in accepted and cfg.time_budget is not None:  # retrain what the supernet chose until time is up
         options["fill"] = cfg.trials
     if cfg.storage is not None and "shared" in accepted:

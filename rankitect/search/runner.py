@@ -340,6 +340,8 @@ class SearchRunner:
             self.shared.share({"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result})
         self._keep_weights(kept_before)
         line = _trial_line(record, len(self.state.candidates()), self.candidate_budget())
+        predicted = getattr(self.strategy, "predictions", {}).get(name) if kind == "candidate" else None
+        line += f"  (surrogate predicted val/ne {predicted[0]:.4f} +- {predicted[1]:.4f})" if predicted else ""
         self.progress.finished(name, out.result, line)
         if out.traceback:
             log.debug("trial %s failed:\n%s", name, out.traceback)
@@ -353,6 +355,10 @@ class SearchRunner:
         record.run_id = self.tracker.log_trial(self.state.parent_run_id, arch, result, _trial_tags(record),
                                                baseline=baseline, params=params, start_time=start, end_time=end,
                                                history=history)
+        predicted = getattr(self.strategy, "predictions", {}).get(record.name) if record.kind == "candidate" else None
+        if predicted is not None:  # what the surrogate expected of it, beside the measured val/ne
+            self.tracker.log_metrics(record.run_id, {"surrogate/predicted_ne": predicted[0],
+                                                     "surrogate/spread": predicted[1]})
         if result.cost is not None and result.cost.rocs_metrics():  # measured once, before training
             self.tracker.log_metrics(record.run_id, result.cost.rocs_metrics())
 
