@@ -161,10 +161,13 @@ class SearchRunner:
 
     def _end_failed(self, error: BaseException) -> None:
         """End the parent run after ``error``: KILLED by a signal, else FAILED with the reason as a tag."""
-        if isinstance(error, Stopped):
-            self.tracker.end_run(self.state.parent_run_id, "KILLED")
-        else:
-            self.tracker.fail_run(self.state.parent_run_id, f"{type(error).__name__}: {error}")
+        try:
+            if isinstance(error, Stopped):
+                self.tracker.end_run(self.state.parent_run_id, "KILLED")
+            else:
+                self.tracker.fail_run(self.state.parent_run_id, f"{type(error).__name__}: {error}")
+        except Exception as e:  # the store itself may be what failed: the first error is the one to raise
+            log.warning("search run %s not closed: %s", self.state.parent_run_id, e)
 
     @classmethod
     def resume(cls, run_id: str, cfg: Config, overrides: list[str] = (), **kw: Any) -> SearchRunner:
@@ -545,8 +548,9 @@ class SearchRunner:
         # and written under a lock (the storage's, across machines), so the last writer has read
         # every trial shared before it, and ranks by the target the owner published.
         with self._finish_lock(), folder_lock(self.out_dir):
-            if self.shared is not None and not self.owner and self.shared.view() is not None:
-                self._take_view(self.shared.view(), echo=False)
+            view = self.shared.view() if self.shared is not None and not self.owner else None
+            if view is not None:
+                self._take_view(view, echo=False)
             table, best, choice = self._pareto()
             if choice is not None:
                 self.echo(choice.line(self.cfg.search.min_gain_se))

@@ -161,3 +161,15 @@ def _objectives(out: str) -> dict[str, float]:
         if row["status"] == "ok":
             rows[row["name"]] = float(row["objective"])
     return rows
+
+
+def test_the_resume_hint_of_a_stopped_search_names_its_store(env: dict[str, str], tmp_path: Path) -> None:
+    import signal
+
+    from rankitect.signals import Stopped
+
+    said: list[str] = []
+    uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"  # not the working directory's default store
+    runner = SearchRunner(load_config(overrides=[*SYNTHETIC, f"track.uri={uri}"]), echo=said.append)
+    runner._stopped(Stopped(signal.SIGTERM))
+    assert said[-1].endswith(f"rankitect search --resume {runner.state.parent_run_id} track.uri={uri}"), said
