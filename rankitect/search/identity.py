@@ -8,10 +8,11 @@ shared search compares its own with it: a difference is refused (a :class:`UserE
 key and both values), never silently mixed in.
 
 The identity is the whole config but :data:`MAY_CHANGE` (how much to run and where, not what), plus
-a description of the data as it was read: its source kind, cache key, rows and clicks per split and
-a digest of its feature spec (vocabularies, each dense column's training statistics). A file's data
-is compared by what was read, not by its path, so processes on several machines may read their own
-copies of one file.
+a description of the data as it was read: its source kind, rows and clicks per split, a digest of
+its feature spec (vocabularies, each dense column's training statistics) and, for the synthetic
+generator, its cache key (its parameters). A file's data is compared by what was read, not by its
+path or cache key (which holds the file's path and mtime), so processes on several machines may
+read their own copies of one file.
 
 >>> from rankitect.config import load_config
 >>> a = config_identity(load_config())
@@ -62,8 +63,10 @@ def data_identity(data: Any) -> dict[str, Any]:
     meta = data.meta
     splits = ", ".join(f"{name} {s['rows']} rows {s['positives']} clicks" for name, s in meta["splits"].items())
     spec = json.dumps(data.spec.to_dict(), sort_keys=True, default=str)
-    return {"data.kind": str(meta.get("source", "?")), "data.cache_key": meta.get("cache_key"), "data.splits": splits,
-            "data.features": hashlib.sha256(spec.encode()).hexdigest()[:16]}
+    kind = str(meta.get("source", "?"))
+    # A file's cache key holds its path and mtime: a copy of the same rows elsewhere is the same data.
+    key = {"data.cache_key": meta.get("cache_key")} if kind == "synthetic" else {}
+    return {"data.kind": kind, **key, "data.splits": splits, "data.features": hashlib.sha256(spec.encode()).hexdigest()[:16]}
 
 
 def search_identity(cfg: Config, data: Any) -> dict[str, Any]:
