@@ -58,15 +58,16 @@ def config_identity(cfg: Config) -> dict[str, Any]:
 
 
 def data_identity(data: Any) -> dict[str, Any]:
-    """The data set as read (a :class:`~rankitect.data.ClickData`): source kind, cache key, rows and
-    clicks per split, and a digest of the feature spec."""
+    """The data set as read (a :class:`~rankitect.data.ClickData`): source kind, cache key (synthetic
+    data), rows and clicks per split, and a digest of the feature spec."""
     meta = data.meta
     splits = ", ".join(f"{name} {s['rows']} rows {s['positives']} clicks" for name, s in meta["splits"].items())
     spec = json.dumps(data.spec.to_dict(), sort_keys=True, default=str)
     kind = str(meta.get("source", "?"))
     # A file's cache key holds its path and mtime: a copy of the same rows elsewhere is the same data.
     key = {"data.cache_key": meta.get("cache_key")} if kind == "synthetic" else {}
-    return {"data.kind": kind, **key, "data.splits": splits, "data.features": hashlib.sha256(spec.encode()).hexdigest()[:16]}
+    digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+    return {"data.kind": kind, **key, "data.splits": splits, "data.features": digest}
 
 
 def search_identity(cfg: Config, data: Any) -> dict[str, Any]:

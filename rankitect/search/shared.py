@@ -82,8 +82,8 @@ class SharedStudy:
             if parent is not None:
                 recorded = study.user_attrs.get(IDENTITY_ATTR)
                 if identity is not None and recorded is not None:
-                    refuse_difference(identity, recorded, f"study {self.name!r} of {self.storage} (search run {parent})",
-                                      "in this process")
+                    where = f"study {self.name!r} of {self.storage} (search run {parent})"
+                    refuse_difference(identity, recorded, where, "in this process")
                 return parent, False
             parent = new_parent()
             study.set_user_attr(PARENT_ATTR, parent)
