@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -258,7 +259,28 @@ def validate(cfg: Config) -> Config:
     for key, bound in BOUNDED_BY:
         if flat[key] > flat[bound]:
             raise ConfigError(f"config key {key!r} must be <= {bound} ({flat[bound]}), got {flat[key]!r}")
+    _check_choices(cfg)
     return cfg
+
+
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")  # what torch.device and Lightning's accelerator both take here
+
+
+def _check_choices(cfg: Config) -> None:
+    """Values that are neither numbers in a range nor a closed set of literals: the device, the
+    FLOPs range's order, the baselines' uniqueness (a ``ConfigError`` naming key and value)."""
+    if not DEVICE.fullmatch(cfg.runtime.device):
+        raise ConfigError(f"config key 'runtime.device': unknown device {cfg.runtime.device!r}; "
+                          "valid: 'cpu', 'cuda', 'cuda:N' (N a GPU index)")
+    span = cfg.search.flops_range
+    if isinstance(span, list) and not (len(span) == 2 and 0 < span[0] < span[1] < math.inf):
+        raise ConfigError(f"config key 'search.flops_range': must be 'auto', null or [low, high] MFLOPs with "
+                          f"0 < low < high, got {span!r}")
+    seen: set[str] = set()
+    for name in cfg.search.baselines:
+        if name in seen:
+            raise ConfigError(f"config key 'search.baselines': {name!r} is listed twice, got {cfg.search.baselines!r}")
+        seen.add(name)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -160,3 +160,60 @@ def test_a_bad_export_target_is_one_line(sandbox: Path, capsys, target: str) -> 
     code = main(["export", run_id, "-o", str(sandbox / target)])
     err = _error_line(capsys.readouterr().err)
     assert code == 2 and str(sandbox / target) in err and (sandbox / "a_file").read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["search", "search.baselines=[nosuch]"], "'search.baselines': unknown baseline 'nosuch'; known: ['autoint',"),
+    (["search", "search.baselines=[dlrm,dcnv2,dlrm]"], "'search.baselines': 'dlrm' is listed twice"),
+    (["search", "runtime.device=tpu"], "'runtime.device': unknown device 'tpu'; valid: 'cpu', 'cuda', 'cuda:N'"),
+    (["train", "--arch", "baseline:dlrm", "runtime.device=tpu"], "unknown device 'tpu'"),
+    (["search", "search.flops_range=[5,1]"], "'search.flops_range': must be 'auto', null or [low, high] MFLOPs with "
+                                             "0 < low < high, got [5.0, 1.0]"),
+    (["search", "search.flops_range=[0,1]"], "0 < low < high, got [0.0, 1.0]"),
+])
+def test_wrong_names_devices_and_ranges_are_refused_before_any_run(sandbox: Path, capsys, argv, says) -> None:
+    assert says in _refused(argv, capsys, sandbox)
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("search.output_dir={root}/a_file", "search.output_dir"),
+    ("search.output_dir={root}/a_file/below", "search.output_dir"),
+    ("track.uri=sqlite:///{root}/a_file/mlflow.db", "track.uri"),
+])
+def test_a_search_that_could_not_write_is_refused_before_any_work(sandbox: Path, capsys, override: str, key: str) -> None:
+    (sandbox / "a_file").write_text("keep me\n")
+    line = _refused(["search", "data.rows=300", override.format(root=sandbox)], capsys, sandbox)
+    assert f"config key {key!r}" in line and f"{sandbox / 'a_file'} is a file" in line
+    assert (sandbox / "a_file").read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("search.output_dir=/sys/rankitect-search", "search.output_dir"),
+    ("track.uri=sqlite:////sys/rankitect-runs/mlflow.db", "track.uri"),
+])
+def test_a_search_on_a_folder_no_one_may_write_is_refused(sandbox: Path, capsys, override: str, key: str) -> None:
+    """sysfs refuses new files to every user, root included (a chmod does not stop root)."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir="/sys"):
+            pytest.skip("/sys is writable here")
+    except OSError:
+        pass
+    line = _refused(["search", "data.rows=300", override], capsys, sandbox)
+    assert f"config key {key!r}: cannot write under /sys" in line
+
+
+def test_a_refusal_after_the_search_run_opened_ends_it_failed_with_the_reason(sandbox: Path, capsys) -> None:
+    """A supernet over runtime.memory_budget is refused once the search run exists (the strategy
+    starts after the baselines): the run ends FAILED, its tag says why, nothing stays RUNNING."""
+    from mlflow import MlflowClient
+
+    code = main(["search", "--strategy", "oneshot", "data.rows=300", "search.baselines=[]", "runtime.threads=1",
+                 "runtime.memory_budget=0.000001"])
+    err = _error_line(capsys.readouterr().err)
+    assert code == 2 and "runtime.memory_budget" in err
+    client = MlflowClient(f"sqlite:///{sandbox}/mlruns/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs] == ["FAILED"]
+    assert "runtime.memory_budget" in runs[0].data.tags["rankitect.failure"]

@@ -55,6 +55,7 @@ class SearchState:
     done: bool = False
     plan: list[dict[str, Any]] = field(default_factory=list)  # genotypes to retrain (oneshot, dnas)
     elapsed: float = 0.0  # wall-clock seconds the search had spent at this checkpoint (time budget)
+    identity: dict[str, Any] = field(default_factory=dict)  # what makes its results comparable (search.identity)
 
     def candidates(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.kind == "candidate"]
@@ -66,7 +67,7 @@ class SearchState:
         return {
             "version": VERSION, "parent_run_id": self.parent_run_id, "config": self.config,
             "strategy": self.strategy, "done": self.done, "trials": [vars(t) for t in self.trials],
-            "plan": self.plan, "elapsed": self.elapsed,
+            "plan": self.plan, "elapsed": self.elapsed, "identity": self.identity,
         }
 
     @classmethod
@@ -75,7 +76,8 @@ class SearchState:
             raise UserError(f"search checkpoint version {d.get('version')!r} is not {VERSION}")
         return cls(parent_run_id=d["parent_run_id"], config=d["config"], strategy=d["strategy"],
                    trials=[TrialRecord(**t) for t in d["trials"]], done=bool(d.get("done", False)),
-                   plan=list(d.get("plan", [])), elapsed=float(d.get("elapsed", 0.0)))
+                   plan=list(d.get("plan", [])), elapsed=float(d.get("elapsed", 0.0)),
+                   identity=dict(d.get("identity") or {}))
 
 
 def save_state(path: Path, state: SearchState) -> None:
@@ -119,3 +121,21 @@ def folder_lock(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def check_writable(path: Path, key: str) -> None:
+    """Refuse a folder a search could not write to (a :class:`UserError` naming ``key`` and the
+    path), creating nothing: ``path`` or its nearest existing ancestor must be a directory in which
+    a file can be made (a probe file, removed at once; it finds read-only file systems and
+    permissions alike, whoever runs the search)."""
+    import tempfile
+
+    path = Path(path).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"config key {key!r}: {path} cannot be a folder: {existing} is a file")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise UserError(f"config key {key!r}: cannot write under {existing}: {e.strerror or type(e).__name__}") from None

@@ -27,14 +27,19 @@ def objective_from_config(cfg: SearchConfig) -> Objective:
 
 
 def check_names(cfg: SearchConfig) -> None:
-    """Refuse an unknown strategy or space by name, listing every registered one (before any work)."""
+    """Refuse an unknown strategy, space or baseline by name, listing every registered one (before
+    any work: no data is read and no run is created)."""
     from rankitect.space import SPACES
+    from rankitect.space.baselines import BASELINES
 
     known = sorted(STRATEGIES)
     if cfg.strategy not in known:
         raise ConfigError(f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {known}")
     if cfg.space not in SPACES:
         raise ConfigError(f"config key 'search.space': unknown space {cfg.space!r}; known: {sorted(SPACES)}")
+    unknown = [name for name in cfg.baselines if name not in BASELINES]
+    if unknown:
+        raise ConfigError(f"config key 'search.baselines': unknown baseline {unknown[0]!r}; known: {sorted(BASELINES)}")
 
 
 def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:

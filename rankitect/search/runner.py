@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
@@ -26,9 +27,10 @@ from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
-from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, load_state, new_trial_id, process_key,
-                                         save_state)
+from rankitect.search.checkpoint import (SearchState, TrialRecord, check_writable, folder_lock, load_state,
+                                         new_trial_id, process_key, save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
+from rankitect.search.identity import config_identity, refuse_difference, search_identity
 from rankitect.search.kept import KeptWeights
 from rankitect.search.objective import at_most
 from rankitect.search.selection import Choice, Entrant, ValLosses, auto_target, choose_winner
@@ -57,13 +59,31 @@ class SearchOutcome:
 
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
     """Where a search keeps its checkpoint, Pareto table and best genotype."""
+    return searches_root(cfg, uri) / parent_run_id
+
+
+def searches_root(cfg: Config, uri: str) -> Path:
+    """The folder of every search's folder: ``search.output_dir``, else beside the run store."""
     from rankitect.track import artifact_root
 
     if cfg.search.output_dir:
-        return Path(cfg.search.output_dir).expanduser().resolve() / parent_run_id
+        return Path(cfg.search.output_dir).expanduser().resolve()
     root = artifact_root(uri)
-    base = root.parent / "searches" if root is not None else Path("rankitect-searches").resolve()
-    return base / parent_run_id
+    return root.parent / "searches" if root is not None else Path("rankitect-searches").resolve()
+
+
+def check_paths(cfg: Config) -> None:
+    """Refuse a run store or search folder that cannot be written (a ``UserError`` naming the key
+    and the path), before any data is read or any run opened."""
+    from rankitect.track.store import SQLITE, resolve_uri
+
+    uri = resolve_uri(cfg.track.uri)
+    if uri.startswith(SQLITE) and ":memory:" not in uri:
+        db = Path(uri[len(SQLITE):])
+        check_writable(db.parent, "track.uri")
+        if db.exists() and not (db.is_file() and os.access(db, os.W_OK)):
+            raise UserError(f"config key 'track.uri': {db} is not a writable file")
+    check_writable(searches_root(cfg, uri), "search.output_dir" if cfg.search.output_dir else "track.uri")
 
 
 class SearchRunner:
@@ -80,6 +100,7 @@ class SearchRunner:
         from rankitect.train.protocol import Schedule, check_warmup
 
         check_names(cfg.search)  # before the data set is opened (and maybe cached)
+        check_paths(cfg)  # before anything is read, created or written
         self.cfg, self.echo = cfg, echo
         self.progress = LineProgress(echo)  # see watch()
         budget_seconds = parse_duration(cfg.search.time_budget)  # config errors before any data is read
@@ -88,15 +109,30 @@ class SearchRunner:
         self.running: dict[str, tuple[str, Architecture]] = {}  # name -> (kind, arch): trials in flight
         self.owner = True  # created the parent run (with shared storage, one process does)
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
+        # processes sharing search.storage coordinate through it (rankitect.search.shared)
+        # (a storage without a study name is the strategy's config error, below)
+        shared = cfg.search.storage is not None and cfg.search.study_name
+        self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if shared else None
+        self._check_identity(config_identity(cfg), state)  # a config that differs: refused before the data is read
         self.data = open_data(cfg.data.source, cfg.data, progress=True)
+        self.identity = search_identity(cfg, self.data)
+        self._check_identity(self.identity, state)
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         self.objective = objective_from_config(cfg.search)
         self.strategy: Proposer = strategy_from_config(cfg.search, self.space)  # proposes every candidate
-        # processes sharing search.storage coordinate through it (rankitect.search.shared)
-        self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if cfg.search.storage else None
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         self.state = state if state is not None else self._start()
+        try:
+            self._open(state, budget_seconds, clock)
+        except BaseException as e:
+            if state is None and self.owner:  # the run this process opened ends with the reason
+                self._end_failed(e)
+            raise
+
+    def _open(self, state: SearchState | None, budget_seconds: float | None, clock: Callable[[], float]) -> None:
+        """The rest of the constructor, once the parent run exists: checkpoint, folder, weights."""
+        cfg = self.cfg
         if state is not None and state.strategy:
             self.strategy.load_state_dict(state.strategy)
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
@@ -111,6 +147,28 @@ class SearchRunner:
         self.rungs: Rungs | None = None
         self._tickets: dict[Future, RungTicket | None] = {}
         save_state(self.path, self.state)
+
+    def _check_identity(self, mine: dict[str, Any], state: SearchState | None) -> None:
+        """Refuse to resume ``state``, or to join the shared search, with another identity than
+        the search's (see :mod:`rankitect.search.identity`)."""
+        if state is not None:
+            recorded = state.identity or config_identity(config_from_dict(state.config))  # older checkpoints
+            refuse_difference(mine, recorded, f"--resume {state.parent_run_id}", "here")
+        elif self.shared is not None:
+            recorded = self.shared.identity()
+            if recorded is not None:
+                refuse_difference(mine, recorded, f"study {self.shared.name!r} of {self.shared.storage}",
+                                  "in this process")
+
+    def _end_failed(self, error: BaseException) -> None:
+        """End the parent run after ``error``: KILLED by a signal, else FAILED with the reason as a tag."""
+        try:
+            if isinstance(error, Stopped):
+                self.tracker.end_run(self.state.parent_run_id, "KILLED")
+            else:
+                self.tracker.fail_run(self.state.parent_run_id, f"{type(error).__name__}: {error}")
+        except Exception as e:  # the store itself may be what failed: the first error is the one to raise
+            log.warning("search run %s not closed: %s", self.state.parent_run_id, e)
 
     @classmethod
     def resume(cls, run_id: str, cfg: Config, overrides: list[str] = (), **kw: Any) -> SearchRunner:
@@ -163,6 +221,12 @@ class SearchRunner:
                 with self.guard.deferred():
                     self._stopped(stop)
                 raise
+            except Exception as e:  # refused or broken: the run ends FAILED with the reason, not RUNNING
+                runner.abort()
+                if self.owner:
+                    with self.guard.deferred():
+                        self._end_failed(e)
+                raise
             finally:
                 runner.close()
 
@@ -180,8 +244,10 @@ class SearchRunner:
         save_state(self.path, self.state)
         if self.owner:
             self.tracker.end_run(self.state.parent_run_id, "KILLED")
+        from rankitect.track.store import store_args
+
         self.echo(f"search {why}: {len(self.state.candidates())} candidates finished; continue it with "
-                  f"rankitect search --resume {self.state.parent_run_id}")
+                  f"rankitect search --resume {self.state.parent_run_id}{store_args(self.tracker.uri)}")
 
     def _open_rungs(self) -> None:
         """The rung study of successive halving (``search.pruning``: asha or hyperband), see
@@ -237,8 +303,21 @@ class SearchRunner:
         :func:`~rankitect.search.selection.auto_target`) and ``pruning_min_validations: auto`` from
         the baselines' curves (:meth:`~rankitect.search.pruning.Rungs.calibrate`), then tell the strategy every trained
         baseline its space holds, so the search starts from them (both idempotent on resume)."""
+        view = self._wait_for_view() if self.shared is not None and not self.owner else None
         bases = [(t.name, Architecture.from_dict(t.arch), TrialResult.from_dict(t.result))
                  for t in self._all_trials() if t.kind == "baseline"]
+        if view is not None:
+            self._take_view(view, echo=True)
+        else:
+            self._resolve(bases)
+        taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
+        if taken:
+            self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
+
+    def _resolve(self, bases: list[tuple[str, Architecture, TrialResult]]) -> None:
+        """Resolve the ``auto`` target and first rung from ``bases``; with shared storage the owner
+        publishes them (:meth:`~rankitect.search.shared.SharedStudy.publish_view`) for every other
+        process, so that all of them rank and prune by one rule."""
         if self.cfg.search.target_mflops == "auto":
             found = auto_target([self._entrant("baseline", name, r) for name, _, r in bases],
                                 self.cfg.search.min_gain_se, self.objective)
@@ -250,9 +329,46 @@ class SearchRunner:
         if placed is not None:
             self.echo(f"pruning_min_validations auto: first rung at {placed[0]} validation{'s' * (placed[0] > 1)} "
                       f"(the earliest at which successive halving over the baselines keeps the best, {placed[1]})")
-        taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
-        if taken:
-            self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
+        if self.shared is not None and self.owner:
+            self.shared.publish_view({"target_mflops": self.objective.target_mflops, "baselines": [b[0] for b in bases],
+                                      "min_validations": None if self.rungs is None else self.rungs.min_validations})
+
+    def _take_view(self, view: dict[str, Any], *, echo: bool) -> None:
+        """Rank and prune by what the search's owner resolved from the baselines."""
+        if self.cfg.search.target_mflops == "auto":
+            self.objective = self.objective.with_target(view["target_mflops"])
+            self.strategy.objective = self.objective
+            if echo:
+                target = view["target_mflops"]
+                self.echo("target_mflops auto: " + ("no baseline finished; ranking by NE alone" if target is None else
+                          f"{target:.4f} MFLOPs (from the baselines {', '.join(view['baselines'])})"))
+        if self.rungs is not None and self.rungs.auto and view["min_validations"] is not None:
+            self.rungs.min_validations = view["min_validations"]
+            if echo:
+                self.echo(f"pruning_min_validations auto: first rung at {view['min_validations']} validations")
+
+    def _wait_for_view(self) -> dict[str, Any] | None:
+        """What the owner resolved from the baselines, waiting while it trains them; None when this
+        process's time budget runs out first (it then resolves from what is there). A search whose
+        parent run has ended before that (its owner stopped) is an error saying how to go on."""
+        from rankitect.track.store import store_args
+
+        view, delay, said = self.shared.view(), 0.2, False
+        while view is None:
+            status = self.tracker.get_run(self.state.parent_run_id).info.status
+            if status != "RUNNING":
+                raise UserError(f"search run {self.state.parent_run_id} is {status} before its baselines finished: "
+                                f"continue it with rankitect search --resume {self.state.parent_run_id}"
+                                f"{store_args(self.tracker.uri)}, then start this process again")
+            if self.budget.exhausted():
+                return None
+            if not said:
+                self.echo("waiting for the search's first process to train the baselines (the ranking's target)")
+                said = True
+            time.sleep(delay)  # a poll of the shared storage, not an ordering of tests
+            delay = min(2 * delay, 5.0)
+            view = self.shared.view()
+        return view
 
     def _start_strategy(self) -> None:
         """Hand the strategy what it may need before its first proposal (a supernet phase runs
@@ -392,12 +508,15 @@ class SearchRunner:
 
     def _start(self) -> SearchState:
         if self.shared is None:
-            return SearchState(parent_run_id=self._new_parent(), config=to_dict(self.cfg))
-        parent, self.owner = self.shared.parent_run(self._new_parent)  # one parent for every process
-        return SearchState(parent_run_id=parent, config=to_dict(self.cfg))
+            parent = self._new_parent()
+        else:  # one parent for every process; a process of another identity is refused here
+            parent, self.owner = self.shared.parent_run(self._new_parent, self.identity)
+        return SearchState(parent_run_id=parent, config=to_dict(self.cfg), identity=self.identity)
 
     def _new_parent(self) -> str:
-        return self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
+        parent = self.tracker.start_search(to_dict(self.cfg), self.cfg.search.strategy, self.space)
+        self.tracker.log_dict(parent, self.identity, "identity.json")
+        return parent
 
     # --- weights: the kept ones live in the MLflow artifact store only (see search.kept) --------
 
@@ -435,8 +554,12 @@ class SearchRunner:
         self._keep_weights(set())  # weights a kill left behind before they reached their run
         self.tracker.log_artifact(self.state.parent_run_id, self.weights.spec_file())
         # Processes of one shared search finish into one folder and parent run: the table is read
-        # and written under a lock, so the last writer has read every trial shared before it.
-        with folder_lock(self.out_dir):
+        # and written under a lock (the storage's, across machines), so the last writer has read
+        # every trial shared before it, and ranks by the target the owner published.
+        with self._finish_lock(), folder_lock(self.out_dir):
+            view = self.shared.view() if self.shared is not None and not self.owner else None
+            if view is not None:
+                self._take_view(view, echo=False)
             table, best, choice = self._pareto()
             if choice is not None:  # the winner itself closes the output (SearchOutcome.choice)
                 within = self._within_target(choice)
@@ -453,6 +576,11 @@ class SearchRunner:
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
         return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent, choice)
+
+    def _finish_lock(self) -> Any:
+        from contextlib import nullcontext
+
+        return nullcontext() if self.shared is None else self.shared.lock()
 
     def _entrant(self, kind: str, name: str, result: TrialResult) -> Entrant:
         return Entrant(name, kind, result, self.val_losses.load(name) if result.ok else None)

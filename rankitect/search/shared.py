@@ -11,7 +11,10 @@ Everything several processes agree on lives here, beside the runner, and nowhere
   directly), under its lock;
 * the trial budget across processes (:func:`claim_budget`, :func:`shared_trial_count`), the trials
   of a stopped process given back (:func:`release_running`);
-* the one parent run of a shared search (:meth:`SharedStudy.parent_run`), and the finished trials
+* the one parent run of a shared search and its identity (:meth:`SharedStudy.parent_run`: a process
+  whose data, space, strategy or objective differ from the search's is refused), what the first
+  process resolved from the baselines (:meth:`SharedStudy.publish_view`, :meth:`SharedStudy.view`:
+  the ``auto`` target and first rung every process ranks and prunes by), and the finished trials
   every process's Pareto table reads (:meth:`SharedStudy.share`, :meth:`SharedStudy.trials`).
 """
 
@@ -28,6 +31,8 @@ from typing import Any
 import rankitect.search._optuna as _optuna
 
 PARENT_ATTR = "mlflow_parent_run_id"
+IDENTITY_ATTR = "rankitect.identity"  # what makes the search's results comparable (search.identity)
+VIEW_ATTR = "rankitect.view"  # what the first process resolved from the baselines (SearchRunner)
 SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
 
@@ -63,18 +68,44 @@ class SharedStudy:
         """The existing study (``KeyError`` if there is none)."""
         return load_shared_study(self.storage, self.name)
 
-    def parent_run(self, new_parent: Callable[[], str]) -> tuple[str, bool]:
+    def parent_run(self, new_parent: Callable[[], str], identity: dict[str, Any] | None = None) -> tuple[str, bool]:
         """The shared parent run and whether this process opened it: the first process to look
-        opens it (``new_parent()``); the lock makes "look, then open and publish" one step, so
-        processes started together agree on one parent."""
+        opens it (``new_parent()``) and records ``identity`` beside it; the lock makes "look, then
+        open and publish" one step, so processes started together agree on one parent. A later
+        process whose ``identity`` differs from the recorded one is refused (a ``UserError`` naming
+        the key and both values), before it has opened or written anything."""
+        from rankitect.search.identity import refuse_difference
+
         with self.lock():
             study = self.load()
             parent = study.user_attrs.get(PARENT_ATTR)
             if parent is not None:
+                recorded = study.user_attrs.get(IDENTITY_ATTR)
+                if identity is not None and recorded is not None:
+                    where = f"study {self.name!r} of {self.storage} (search run {parent})"
+                    refuse_difference(identity, recorded, where, "in this process")
                 return parent, False
             parent = new_parent()
             study.set_user_attr(PARENT_ATTR, parent)
+            if identity is not None:
+                study.set_user_attr(IDENTITY_ATTR, identity)
         return parent, True
+
+    def identity(self) -> dict[str, Any] | None:
+        """The identity the search's first process recorded (None before there is one)."""
+        with self.lock():  # a fresh storage's tables are created on first use
+            try:
+                return self.load().user_attrs.get(IDENTITY_ATTR)
+            except KeyError:
+                return None
+
+    def publish_view(self, view: dict[str, Any]) -> None:
+        """Record what the search resolved from its baselines, for every other process (see :meth:`view`)."""
+        self.load().set_user_attr(VIEW_ATTR, view)
+
+    def view(self) -> dict[str, Any] | None:
+        """What :meth:`publish_view` recorded, or None while the baselines are still training."""
+        return self.load().user_attrs.get(VIEW_ATTR)
 
     def share(self, entry: dict[str, Any]) -> None:
         """Publish a finished trial (``kind``, ``name``, ``arch``, ``result``) to every process."""

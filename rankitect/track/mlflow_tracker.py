@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 KIND, STRATEGY, SPACE, DATA = "rankitect.kind", "rankitect.strategy", "rankitect.space", "rankitect.data"
 WINNER = "rankitect.winner"  # on a search run: its winner's name (a baseline's name or a genotype hash)
 SEARCH = "rankitect.search"  # on a search run and all its runs: the search's name (the view groups by it)
+FAILURE = "rankitect.failure"  # why a search run ended FAILED (Tracker.fail_run)
 PARENT = "mlflow.parentRunId"
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
 MAX_TAG_CHARS = 8000  # MLflow's limit on a tag value
@@ -502,6 +503,12 @@ class Tracker:
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         """Close run ``run_id`` as ``FINISHED``, ``FAILED`` or ``KILLED``."""
         self.client.set_terminated(run_id, status)
+
+    def fail_run(self, run_id: str, reason: str) -> None:
+        """Close run ``run_id`` as ``FAILED`` with ``reason`` as its ``rankitect.failure`` tag (a
+        search refused or broken after its run was opened: no run is left RUNNING)."""
+        self.client.set_tag(run_id, FAILURE, _cut(reason, MAX_TAG_CHARS))
+        self.client.set_terminated(run_id, "FAILED")
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)
