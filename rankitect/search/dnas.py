@@ -55,7 +55,7 @@ from rankitect.config import DnasConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
-from rankitect.search.base import SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
+from rankitect.search.base import STOPPED_TAG, SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
 from rankitect.search.objective import Objective, at_most
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
@@ -64,6 +64,7 @@ from rankitect.supernet.train import (
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
+from rankitect.train.protocol import BUDGET_STOP, deadline_passed
 
 
 def check_dnas_config(cfg: DnasConfig) -> None:
@@ -256,7 +257,7 @@ class ArchStep:
 def dnas_search(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
     curves: CurveLogger | None = None, progress: bool = False, echo: Callable[[str], None] | None = None,
-    start: dict[str, Any] | None = None,
+    start: dict[str, Any] | None = None, deadline: float | None = None, on_step: Callable[[int, int], None] | None = None,
 ) -> ArchitectureWeights:
     """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
 
@@ -265,7 +266,9 @@ def dnas_search(
     of :func:`dnas_schedule` and stops early once the most probable architecture has not changed for
     ``stable_steps`` architecture steps. With ``start`` (a path, e.g. the best baseline's) the
     architecture weights start ``cfg.start_logit`` towards it: the search explores around it, and
-    holding the start never stops it early (:class:`Stability`).
+    holding the start never stops it early (:class:`Stability`). Past ``deadline`` (a
+    ``time.time()`` instant: the search's time budget) the loop stops with the weights it has;
+    ``on_step(step, steps)`` sees every step.
     """
     check_dnas_config(cfg)
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
@@ -301,10 +304,16 @@ def dnas_search(
                               "arch/stable_steps": float(stable.held)})
         if "arch/ne" in row:
             bar.set_postfix(ne=f"{row['arch/ne']:.4f}")
+        if on_step is not None:
+            on_step(step + 1, steps)
         if done:
             if echo is not None:
                 echo(f"dnas: the most probable architecture held {stable.held} architecture steps; "
                      f"stopped after {step + 1} of {steps} steps")
+            break
+        if deadline_passed(deadline) and step + 1 < steps:
+            if echo is not None:
+                echo(f"dnas: stopped by the time budget after {step + 1} of {steps} steps")
             break
     bar.close()
     return weights
@@ -409,8 +418,11 @@ class DnasSearch(PlanProposer):
         ranked = self.ranked()
         start = self.space.encode(ranked[0]) if ranked else None
         self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
-                                   curves=curves, progress=context.progress, echo=context.echo, start=start)
+                                   curves=curves, progress=context.progress, echo=context.echo, start=start,
+                                   deadline=context.deadline, on_step=context.on_step)
         curves.flush()
+        if deadline_passed(context.deadline):
+            tracker.set_tag(run_id, STOPPED_TAG, BUDGET_STOP)
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
         tracker.end_run(run_id, "FINISHED")
