@@ -12,6 +12,10 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
    PostgreSQL when Debian's server is installed): they must all exit 0 with one parent run, the
    trial budget trained exactly once, every trial's child run present.
 3. Bad inputs, each run as a real ``rankitect`` process: exit status and the first error line.
+4. Kill -9 and SIGTERM during the k-th of three baselines (the first, the middle, the last; one
+   worker and two), and SIGTERM under a time budget, each resumed to its end
+   (:func:`print_baseline_kills`): a table of kills survived in each phase, trials lost, baselines
+   trained twice, and whether the resumed budget kept the time spent before.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -150,6 +155,7 @@ def main() -> None:
         open_data("synthetic", rows=3000, seed=0, cache_dir=work / "data")
         print("== kill -9 at random moments, then --resume ==")
         print(kills(env, work, args.kills, args.trials, args.seed))
+        print_baseline_kills(env, work)
         print(f"\n== {args.processes} processes released together on a fresh storage ==")
         for backend in args.storages.split(","):
             with contextlib.ExitStack() as stack:
@@ -166,6 +172,87 @@ def main() -> None:
         for what, code, line in rows:
             print(f"{what:<{width}}  exit {code}  {line[:150]}")
         print(f"refused with exit 2: {sum(code == 2 for _, code, _ in rows)} of {len(rows)}")
+
+
+# --- kills in the baseline phase, and SIGTERM under a time budget ---------------------------------
+
+BASELINES = ["dlrm", "deepfm", "dcnv2"]
+BASELINE_CASES = [("SIGKILL", 1, 1), ("SIGKILL", 2, 1), ("SIGKILL", 3, 1), ("SIGKILL", 2, 2),
+                  ("SIGTERM", 1, 1), ("SIGTERM", 2, 2), ("SIGTERM", 3, 1)]
+
+
+def _kill_at(proc: subprocess.Popen, k: int, signame: str) -> None:
+    """Signal the search once the k-th baseline runs: after the estimate line (k = 1) or the k - 1-th
+    baseline's line (each printed after the event it reports), kill -9 with its workers."""
+    seen = 0
+    for line in proc.stdout:
+        seen += line.startswith("[baseline]")
+        if (k == 1 and line.startswith("estimate:")) or (k > 1 and seen >= k - 1):
+            break
+    if signame == "SIGKILL":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    proc.communicate()
+
+
+def _baseline_account(uri: str, parent: str, before: Any, after: Any) -> dict[str, object]:
+    """Lost: a baseline recorded before the kill that is gone or changed, a trial without its child
+    run or a finished child run the checkpoint lacks; trained twice: a baseline with two finished runs."""
+    runs = {r.info.run_id: r for r in children(uri, parent) if r.info.status != "KILLED"}
+    kept = {t.trial_id: t for t in after.trials}
+    lost = sum(t.trial_id not in kept or kept[t.trial_id].result != t.result for t in before.trials)
+    lost += len({t.run_id for t in after.trials} ^ set(runs))
+    names = [r.info.run_name for r in runs.values() if r.data.tags.get("rankitect.kind") == "baseline"]
+    return {"baselines": len(set(names)), "lost": lost, "trained twice": len(names) - len(set(names)),
+            "elapsed kept": after.elapsed >= before.elapsed}
+
+
+def baseline_kills(env: dict[str, str], work: Path, cases: list[tuple[str, int, int]] = BASELINE_CASES,
+                   budget: str | None = None) -> list[dict[str, object]]:
+    """Each case ``(signal, k, workers)``: a search of three baselines signalled during its k-th
+    baseline, then resumed to its end; with ``budget`` (``search.time_budget``) the resumed search
+    must also end within it, counting the time spent before the signal."""
+    from mlflow import MlflowClient
+
+    from rankitect.search.checkpoint import load_state
+
+    uri, rows = env["MLFLOW_TRACKING_URI"], []
+    for signame, k, workers in cases:
+        argv = ["search", "--strategy", "random", "--trials", "1", "train.max_epochs=2", "train.warmup_steps=0",
+                f"search.baselines=[{','.join(BASELINES)}]", f"search.workers={workers}", "search.pruning=none", *TINY]
+        argv += [f"search.time_budget={budget}"] if budget else []
+        proc = subprocess.Popen(rankitect(*argv), env=env, cwd=work, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        parent = proc.stdout.readline().split("search run ")[1].split(":")[0]
+        _kill_at(proc, k, signame)
+        path = Path(MlflowClient(uri).get_run(parent).data.tags["rankitect.checkpoint"])
+        before = load_state(path)
+        done = subprocess.run(rankitect("search", "--resume", parent), env=env, cwd=work, capture_output=True,
+                              text=True)
+        after = load_state(path)
+        row = {"phase": "baselines" + (f", budget {budget}" if budget else ""), "signal": signame, "k": k,
+               "workers": workers, "survived": int(done.returncode == 0 and after.done)}
+        row |= _baseline_account(uri, parent, before, after)
+        if budget:
+            from rankitect.search.budget import parse_duration
+
+            row["within budget"] = after.elapsed <= parse_duration(budget) + 60  # plus a validation and the end
+        rows.append(row)
+    return rows
+
+
+def print_baseline_kills(env: dict[str, str], work: Path) -> None:
+    """The table of :func:`baseline_kills`: kills survived in the baseline phase and under a time
+    budget, nothing lost or trained twice."""
+    rows = baseline_kills(env, work) + baseline_kills(env, work, [("SIGTERM", 2, 1)], budget="40s")
+    print("\n== kill -9 and SIGTERM during the k-th baseline, SIGTERM under a time budget, then --resume ==")
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r.get(c, "")) for c in cols))
+    print(f"survived {sum(r['survived'] for r in rows)} of {len(rows)}; lost {sum(r['lost'] for r in rows)}, "
+          f"trained twice {sum(r['trained twice'] for r in rows)}")
 
 
 if __name__ == "__main__":

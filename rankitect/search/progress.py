@@ -85,7 +85,9 @@ class LineProgress:
         """``name`` (a phase, not a trial) stopped running; nothing is counted."""
         self.running.pop(name, None)
         self.steps.pop(name, None)
-        self.steps_files.pop(name, None)
+        path = self.steps_files.pop(name, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     def finished(self, name: str, result: Any, line: str) -> None:
         """Count ``result`` (a ``TrialResult``) by its status and print ``line``."""
@@ -188,9 +190,9 @@ class SearchProgress(LineProgress):
                                          f"pruned {p}", f"failed {f}", best and f"best val/ne {best}", left) if x)
             if len(line) <= width:
                 return line
-        short = " ".join(x for x in (f"{n}/{self.total} ok {ok} run {run} pr {p} fail {f}", best and f"best {best}",
-                                     left) if x)
-        return short[:width]
+        short = " ".join(x for x in (f"{n}/{self.total}", best and f"best {best}", left,
+                                     f"ok {ok} run {run} pruned {p} failed {f}") if x)
+        return short[:width]  # a narrow terminal: best NE and ETA before the counts
 
     def _detail(self, name: str, now: float) -> str:
         age = f"{now - self.running[name]:.0f}s"
@@ -252,13 +254,17 @@ class SearchProgress(LineProgress):
         self._last_line = self.clock()
         super().write(self.status(self._width()))
 
+    def tick(self) -> None:
+        """What the heartbeat does: redraw on a terminal; elsewhere a line once ``line_every`` passed."""
+        with self.lock:
+            if self.tty:
+                self._draw()
+            elif self.clock() - self._last_line >= self.line_every:
+                self._line()
+
     def _heartbeat(self, every: float) -> None:
         while not self.stop.wait(every):
-            with self.lock:
-                if self.tty:
-                    self._draw()
-                elif self.clock() - self._last_line >= self.line_every:
-                    self._line()
+            self.tick()
 
     def close(self) -> None:
         self.stop.set()
@@ -274,3 +280,47 @@ def _isatty(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+class TrainingProgress:
+    """The progress of one training (``rankitect finetune``), a ``train.protocol.StepHook``: epoch
+    and step of the known total, the time so far and an ETA at the pace of the steps so far; redrawn
+    in place on a terminal (at most every ``redraw_s``), elsewhere a plain line once ``line_every``
+    seconds passed.
+
+    Args:
+        what: the name the line starts with.
+        stream: where the line goes (standard error by default).
+        tty: draw in place (default: when ``stream`` is a terminal).
+        clock: wall seconds (a fake one in tests).
+    """
+
+    def __init__(self, what: str, *, stream: TextIO | None = None, tty: bool | None = None,
+                 clock: Callable[[], float] = time.time, redraw_s: float = 0.5,
+                 line_every: float = LINE_EVERY_S) -> None:
+        self.what, self.stream, self.clock = what, stream or sys.stderr, clock
+        self.tty = _isatty(self.stream) if tty is None else tty
+        self.every = redraw_s if self.tty else line_every
+        self.t0 = clock()
+        self._last = self.t0
+        self.line = ""
+
+    def __call__(self, step: int, total: int, epoch: int, epochs: int) -> None:
+        now = self.clock()
+        self.line = self.status(step, total, epoch, epochs, now)
+        if now - self._last >= self.every or step >= total:
+            self._last = now
+            self.stream.write(f"\r\x1b[K{self.line}" if self.tty else self.line + "\n")
+            self.stream.flush()
+
+    def status(self, step: int, total: int, epoch: int, epochs: int, now: float) -> str:
+        """``finetune epoch 2/4, step 120/376 (32%), 0:42, ETA 1:29``."""
+        took = now - self.t0
+        eta = f", ETA {_clock(took * (total - step) / step)}" if step else ""
+        return (f"{self.what} epoch {epoch}/{epochs}, step {step}/{total} ({100 * step // max(1, total)}%), "
+                f"{_clock(took)}{eta}")
+
+    def close(self) -> None:
+        if self.tty and self.line:
+            self.stream.write("\n")
+            self.stream.flush()
