@@ -45,8 +45,6 @@ Steps = tuple[int, int, int, int]  # step, total steps, epoch (from 1), epochs; 
 class LineProgress:
     """No status line: finished trials and notes become lines through ``echo``; counts are kept."""
 
-    draws = False  # whether this display draws a line of its own (nested bars would fight it)
-
     def __init__(self, echo: Callable[[str], None] = print, *, clock: Callable[[], float] = time.time) -> None:
         self.echo, self.clock = echo, clock
         self.statuses: Counter[str] = Counter()
@@ -129,7 +127,6 @@ class SearchProgress(LineProgress):
         super().__init__(echo or (lambda line: print(line, flush=True)), clock=clock)
         self.stream = stream or sys.stderr
         self.tty = (_isatty(self.stream) and _isatty(sys.stdout)) if tty is None else tty
-        self.draws = self.tty
         for result in before:
             self.count(result)
         self.total = total + self.statuses.get("pruned", 0)

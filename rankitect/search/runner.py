@@ -308,7 +308,7 @@ class SearchRunner:
             memory_budget=self.cfg.runtime.memory_budget, flops_range=self.cfg.search.flops_range,
             tracker=self.tracker, parent_run_id=self.state.parent_run_id,
             finished={t.name for t in self.state.candidates()}, echo=self.echo,
-            progress=self.cfg.train.progress and not self.progress.draws, deadline=self.budget.deadline(),
+            progress=False, deadline=self.budget.deadline(),  # its steps show in the search's line, not a bar of its own
             on_step=None if phase is None else self.progress.phase_stepper(phase),
         )
         try:

@@ -127,6 +127,8 @@ def run_trial(
     except BaseException as e:  # noqa: BLE001 - a failed candidate never kills a search
         seconds = time.perf_counter() - start
         message = f"{type(e).__name__}: {e}"
+        if deadline is not None and time.time() >= deadline:  # cut by the budget before it beat the base rate
+            message = f"stopped by the time budget: {message}"
         log.warning("trial failed: %s", message)
         return TrialOutput(
             result=TrialResult.failure(message, mflops=mflops, params=params, train_seconds=seconds, cost=cost),
