@@ -51,6 +51,7 @@ class LineProgress:
         self.running: dict[str, float] = {}  # name -> start (clock)
         self.steps: dict[str, Steps] = {}  # name -> where it stands, as last reported
         self.steps_files: dict[str, Path] = {}  # name -> a worker's steps file (see search.trial.StepFile)
+        self.phases: set[str] = set()  # running names that are not trials (a supernet phase)
         self.best_ne: float | None = None
         self.durations: list[float] = []  # wall seconds of the trials finished in this process
 
@@ -70,7 +71,10 @@ class LineProgress:
         return note
 
     def phase_stepper(self, name: str) -> Callable[[int, int], None]:
-        """The step hook of a phase that has steps but no epochs (a supernet)."""
+        """The step hook of a phase that has steps but no epochs (a supernet): it shows among the
+        running, yet is no trial of the counts."""
+        self.phases.add(name)
+
         def note(step: int, total: int) -> None:
             self.steps[name] = (step, total, 0, 0)
         return note
@@ -83,6 +87,7 @@ class LineProgress:
         """``name`` (a phase, not a trial) stopped running; nothing is counted."""
         self.running.pop(name, None)
         self.steps.pop(name, None)
+        self.phases.discard(name)
         path = self.steps_files.pop(name, None)
         if path is not None:
             path.unlink(missing_ok=True)
@@ -179,7 +184,7 @@ class SearchProgress(LineProgress):
         best = None if self.best_ne is None else f"{self.best_ne:.4f}"
         left = "" if eta is None else f"ETA {_clock(eta)}"
         p, f = self.statuses.get("pruned", 0), self.statuses.get("failed", 0)
-        ok, run = self.statuses.get("ok", 0), len(self.running)
+        ok, run = self.statuses.get("ok", 0), len(set(self.running) - self.phases)
         details = [self._detail(name, now) for name in self.running]
         for i in range(len(details), -1, -1):  # all details, then fewer, then none
             shown = f" ({', '.join(details[:i])})" if i else ""
@@ -212,7 +217,7 @@ class SearchProgress(LineProgress):
                 work += max(0.0, mean - age)
             else:
                 return self._capped(None, now)
-        unstarted = max(0, self.total - self.finished_count() - len(self.running))
+        unstarted = max(0, self.total - self.finished_count() - len(set(self.running) - self.phases))
         if unstarted and mean is None:
             return self._capped(None, now)
         guess = (work + unstarted * (mean or 0.0)) / self.workers

@@ -301,6 +301,7 @@ class SearchRunner:
         if self.budget.exhausted():  # a supernet phase would start only to stop: a resume runs it
             return
         phase = "supernet" if isinstance(self.strategy, PlanProposer) and not self.strategy.planned() else None
+        on_step = None if phase is None else self.progress.phase_stepper(phase)
         if phase is not None:
             self.progress.started(phase)
         context = SearchContext(
@@ -309,7 +310,7 @@ class SearchRunner:
             tracker=self.tracker, parent_run_id=self.state.parent_run_id,
             finished={t.name for t in self.state.candidates()}, echo=self.echo,
             progress=False, deadline=self.budget.deadline(),  # its steps show in the search's line, not a bar of its own
-            on_step=None if phase is None else self.progress.phase_stepper(phase),
+            on_step=on_step,
         )
         try:
             self.strategy.start(context)

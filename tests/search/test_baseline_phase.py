@@ -113,7 +113,7 @@ def test_a_kill_during_the_kth_baseline_then_resume_trains_each_once(
             os.killpg(proc.pid, signal.SIGKILL)
         else:
             proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=300)
+        proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -125,7 +125,7 @@ def test_a_kill_during_the_kth_baseline_then_resume_trains_each_once(
     assert all(t.result["train_seconds"] <= before.elapsed for t in before.trials)
 
     resumed = subprocess.run([sys.executable, "-m", "rankitect", "search", "--resume", parent], env=env,
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                             cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "\r" not in resumed.stdout and "\r" not in resumed.stderr  # plain lines off a terminal
     after = load_state(path)

@@ -179,3 +179,18 @@ def test_a_training_shows_its_epoch_and_step_of_a_known_total() -> None:
     assert "\r" not in stream.getvalue() and len(lines) == 2  # at 60 s, and at the end
     assert lines[0] == "finetune epoch 2/2, step 120/200 (60%), 1:00, ETA 0:40"
     assert lines[1] == "finetune epoch 2/2, step 200/200 (100%), 1:40, ETA 0:00"
+
+
+def test_a_supernet_phase_shows_its_steps_but_is_no_trial() -> None:
+    clock, lines = Clock(), []
+    progress = _progress(3, clock, lines)
+    note = progress.phase_stepper("supernet")
+    progress.started("supernet")
+    clock.now += 10
+    note(50, 200)
+    line = progress.status(200)
+    assert _counts(line)["running"] == "0" and "supernet step 50/200 10s" in line
+    progress.estimate(20.0)
+    assert progress.eta(clock.now) == 30.0 + 3 * 20.0  # the phase's 150 steps at its pace, then 3 trials
+    progress.ended("supernet")
+    assert "supernet" not in progress.status(200)
