@@ -3,7 +3,7 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
 
     python -m bench.faults.fault_bench                          # 5 kills, SQLite and PostgreSQL
     python -m bench.faults.fault_bench --kills 10 --processes 4 --storages sqlite
-    python -m bench.faults.fault_bench --issue36                # only the bad-input and process cases (4.)
+    python -m bench.faults.fault_bench --only-left-behind       # only the cases of 4.
 
 1. ``--kills`` times, a tiny ``evolution`` search (``--trials`` candidates, one baseline) is killed
    with SIGKILL at a random moment (seeded), then resumed; a last resume runs it to its end. Lost:
@@ -13,8 +13,13 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
    PostgreSQL when Debian's server is installed): they must all exit 0 with one parent run, the
    trial budget trained exactly once, every trial's child run present.
 3. Bad inputs, each run as a real ``rankitect`` process: exit status and the first error line.
-4. Issue 36's bad inputs and a kill -9 of a search with two workers, each in a session of its own:
-   exit status, and what it left behind (RUNNING runs, live processes, new files): must be nothing.
+4. Bad inputs that must be refused before any work, and a kill -9 of a search with two workers,
+   each in a session of its own: exit status, and what it left behind (RUNNING runs, live
+   processes, new files): must be nothing.
+5. Kill -9 and SIGTERM during the k-th of three baselines (the first, the middle, the last; one
+   worker and two), and SIGTERM under a time budget, each resumed to its end
+   (:func:`print_baseline_kills`): a table of kills survived in each phase, trials lost, baselines
+   trained twice, and whether the resumed budget kept the time spent before.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import ROOT, parse_args
 
@@ -142,16 +148,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--storages", default="sqlite,postgresql")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only-left-behind", action="store_true",
+                    help="only the refusals and the kill of a pool (4.): what each left behind")
     args = parse_args(ap, {"kills": 1, "trials": 2, "processes": 2, "storages": "sqlite"}, argv)
     with tempfile.TemporaryDirectory(prefix="fault-bench-") as tmp:
         work = Path(tmp)
         env = {**os.environ, "RANKITECT_DATA_DIR": str(work / "data"), "PYTHONUNBUFFERED": "1",
                "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlruns/mlflow.db", "PYTHONPATH": str(ROOT)}
+        if args.only_left_behind:
+            print_left_behind(env, work)
+            return
         from rankitect.data import open_data
 
         open_data("synthetic", rows=3000, seed=0, cache_dir=work / "data")
         print("== kill -9 at random moments, then --resume ==")
         print(kills(env, work, args.kills, args.trials, args.seed))
+        if not args.quick:
+            print_baseline_kills(env, work)
         print(f"\n== {args.processes} processes released together on a fresh storage ==")
         for backend in args.storages.split(","):
             with contextlib.ExitStack() as stack:
@@ -168,14 +181,95 @@ def main(argv: list[str] | None = None) -> None:
         for what, code, line in rows:
             print(f"{what:<{width}}  exit {code}  {line[:150]}")
         print(f"refused with exit 2: {sum(code == 2 for _, code, _ in rows)} of {len(rows)}")
-        print("\n== issue 36: bad inputs and kills, what each left behind ==")
-        print_issue36(env, work)
+        print("\n== refusals and a kill of a pool of two: what each left behind ==")
+        print_left_behind(env, work)
 
 
-# --- issue 36: bad inputs that must exit 2 and leave nothing behind ---------------------------------
+# --- kills in the baseline phase, and SIGTERM under a time budget ---------------------------------
+
+BASELINES = ["dlrm", "deepfm", "dcnv2"]
+BASELINE_CASES = [("SIGKILL", 1, 1), ("SIGKILL", 2, 1), ("SIGKILL", 3, 1), ("SIGKILL", 2, 2),
+                  ("SIGTERM", 1, 1), ("SIGTERM", 2, 2), ("SIGTERM", 3, 1)]
+
+
+def _kill_at(proc: subprocess.Popen, k: int, signame: str) -> None:
+    """Signal the search once the k-th baseline runs: after the estimate line (k = 1) or the k - 1-th
+    baseline's line (each printed after the event it reports), kill -9 with its workers."""
+    seen = 0
+    for line in proc.stdout:
+        seen += line.startswith("[baseline]")
+        if (k == 1 and line.startswith("estimate:")) or (k > 1 and seen >= k - 1):
+            break
+    if signame == "SIGKILL":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    proc.communicate()
+
+
+def _baseline_account(uri: str, parent: str, before: Any, after: Any) -> dict[str, object]:
+    """Lost: a baseline recorded before the kill that is gone or changed, a trial without its child
+    run or a finished child run the checkpoint lacks; trained twice: a baseline with two finished runs."""
+    runs = {r.info.run_id: r for r in children(uri, parent) if r.info.status != "KILLED"}
+    kept = {t.trial_id: t for t in after.trials}
+    lost = sum(t.trial_id not in kept or kept[t.trial_id].result != t.result for t in before.trials)
+    lost += len({t.run_id for t in after.trials} ^ set(runs))
+    names = [r.info.run_name for r in runs.values() if r.data.tags.get("rankitect.kind") == "baseline"]
+    return {"baselines": len(set(names)), "lost": lost, "trained twice": len(names) - len(set(names)),
+            "elapsed kept": after.elapsed >= before.elapsed}
+
+
+def baseline_kills(env: dict[str, str], work: Path, cases: list[tuple[str, int, int]] = BASELINE_CASES,
+                   budget: str | None = None) -> list[dict[str, object]]:
+    """Each case ``(signal, k, workers)``: a search of three baselines signalled during its k-th
+    baseline, then resumed to its end; with ``budget`` (``search.time_budget``) the resumed search
+    must also end within it, counting the time spent before the signal."""
+    from mlflow import MlflowClient
+
+    from rankitect.search.checkpoint import load_state
+
+    uri, rows = env["MLFLOW_TRACKING_URI"], []
+    for signame, k, workers in cases:
+        argv = ["search", "--strategy", "random", "--trials", "1", "train.max_epochs=2", "train.warmup_steps=0",
+                f"search.baselines=[{','.join(BASELINES)}]", f"search.workers={workers}", "search.pruning=none", *TINY]
+        argv += [f"search.time_budget={budget}"] if budget else []
+        proc = subprocess.Popen(rankitect(*argv), env=env, cwd=work, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        parent = proc.stdout.readline().split("search run ")[1].split(":")[0]
+        _kill_at(proc, k, signame)
+        path = Path(MlflowClient(uri).get_run(parent).data.tags["rankitect.checkpoint"])
+        before = load_state(path)
+        done = subprocess.run(rankitect("search", "--resume", parent), env=env, cwd=work, capture_output=True,
+                              text=True)
+        after = load_state(path)
+        row = {"phase": "baselines" + (f", budget {budget}" if budget else ""), "signal": signame, "k": k,
+               "workers": workers, "survived": int(done.returncode == 0 and after.done)}
+        row |= _baseline_account(uri, parent, before, after)
+        if budget:
+            from rankitect.search.budget import parse_duration
+
+            row["within budget"] = after.elapsed <= parse_duration(budget) + 60  # plus a validation and the end
+        rows.append(row)
+    return rows
+
+
+def print_baseline_kills(env: dict[str, str], work: Path) -> None:
+    """The table of :func:`baseline_kills`: kills survived in the baseline phase and under a time
+    budget, nothing lost or trained twice."""
+    rows = baseline_kills(env, work) + baseline_kills(env, work, [("SIGTERM", 2, 1)], budget="40s")
+    print("\n== kill -9 and SIGTERM during the k-th baseline, SIGTERM under a time budget, then --resume ==")
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r.get(c, "")) for c in cols))
+    print(f"survived {sum(r['survived'] for r in rows)} of {len(rows)}; lost {sum(r['lost'] for r in rows)}, "
+          f"trained twice {sum(r['trained twice'] for r in rows)}")
+
+
+# --- bad inputs that must exit 2 and leave nothing behind; a pool killed with its search ---------------------------------
 # Each case runs as a real process in a session of its own; after it ends, what it left is counted:
 # runs still RUNNING in the store, processes of its session still alive, new files outside the data
-# cache (under the work folder). Run with --issue36 to run only these.
+# cache (under the work folder). Run with --only-left-behind to run only these.
 
 def _session_alive(sid: int) -> list[int]:
     """Running processes of session ``sid`` (a /proc scan; zombies count as ended)."""
@@ -236,8 +330,8 @@ def _left(running: int, orphans: list[int], files: list[str]) -> str:
     return ", ".join(parts) or "nothing"
 
 
-def _issue36_files(work: Path) -> None:
-    """The bad files of issue 36's cases (CSV data sets with their schemas, a genotype)."""
+def _bad_files(work: Path) -> None:
+    """The bad files of these cases (CSV data sets with their schemas, a genotype)."""
     import numpy as np
 
     schema = "label: y\ndense: [a, b]\nsparse: [c]\n"
@@ -271,13 +365,13 @@ class _Unpickled:
         return (os.mkdir, (self.path,))
 
 
-def issue36_cases(env: dict[str, str], work: Path) -> list[tuple[str, int, str, str]]:
-    """Issue 36's bad inputs as real processes: exit status, first error line, what was left behind.
+def left_behind_cases(env: dict[str, str], work: Path) -> list[tuple[str, int, str, str]]:
+    """The bad inputs as real processes: exit status, first error line, what was left behind.
 
     The search-identity cases (resume with other data, duplicate baselines, flops_range [5, 1],
     baselines [nosuch]) check the search's own refusals; the rest the genotype pricing and the
     data checks."""
-    _issue36_files(work)
+    _bad_files(work)
     tiny = ["data.rows=3000", "runtime.threads=1", "train.steps=1"]
     train = ["train", "--arch", "baseline:dlrm", *tiny]
     rows = [
@@ -327,8 +421,8 @@ def _kill_pool_of_two(env: dict[str, str], work: Path, tiny: list[str]) -> tuple
             "nothing" if gone else f"{len(left)} process(es) (killed by the bench)")
 
 
-def print_issue36(env: dict[str, str], work: Path) -> None:
-    rows = issue36_cases(env, work)
+def print_left_behind(env: dict[str, str], work: Path) -> None:
+    rows = left_behind_cases(env, work)
     width = max(len(r[0]) for r in rows)
     print(f"{'case':<{width}}  exit  left behind  |  first error line")
     for what, code, line, left in rows:
@@ -337,17 +431,5 @@ def print_issue36(env: dict[str, str], work: Path) -> None:
           f"nothing left: {sum(left == 'nothing' for *_, left in rows)} of {len(rows)}")
 
 
-def main_issue36() -> None:
-    """``fault_bench.py --issue36``: only issue 36's cases, in a throwaway folder."""
-    with tempfile.TemporaryDirectory(prefix="fault-bench-36-") as tmp:
-        work = Path(tmp)
-        env = {**os.environ, "RANKITECT_DATA_DIR": str(work / "data"), "PYTHONUNBUFFERED": "1",
-               "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlruns/mlflow.db", "PYTHONPATH": str(ROOT)}
-        print_issue36(env, work)
-
-
 if __name__ == "__main__":
-    if "--issue36" in sys.argv:
-        main_issue36()
-    else:
-        main()
+    main()

@@ -57,9 +57,12 @@ def finetune_run(
     """Fine-tune the model of ``run_id`` (a candidate, baseline or search run: its winner) on ``data``
     and log it as a run nested under the run it came from, with the weights it keeps.
     Returns the new run's id, the source run's id and the :class:`~rankitect.train.finetune.FinetuneOutcome`."""
+    from dataclasses import replace
+
     import torch
 
     from rankitect.data.spec import FeatureSpec
+    from rankitect.search.progress import TrainingProgress
     from rankitect.export.exporter import read_state_dict
     from rankitect.search.base import TrialResult
     from rankitect.space import build_model
@@ -82,7 +85,14 @@ def finetune_run(
                 model.load_state_dict(_supernet_weights(tracker, files.run_id, arch, Path(tmp) / "supernet"))
             elif not from_scratch:
                 model.load_state_dict(read_state_dict(files.weights))  # unreadable: a one-line DataError
-            outcome = finetune_model(model, data, cfg.train, from_scratch=from_scratch, runtime=cfg.runtime)
+            # one line with the epoch and step of a known total instead of Lightning's bar
+            progress = TrainingProgress("finetune") if cfg.train.progress else None
+            try:
+                outcome = finetune_model(model, data, replace(cfg.train, progress=False), from_scratch=from_scratch,
+                                         runtime=cfg.runtime, on_step=progress)
+            finally:
+                if progress is not None:
+                    progress.close()
     c = cost(arch, data.spec)
     result = TrialResult.from_metrics(outcome.after, mflops=c.mflops, params=c.params,
                                       train_seconds=outcome.train_seconds)

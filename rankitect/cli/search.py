@@ -54,10 +54,13 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
     print(f"search run {runner.state.parent_run_id}: strategy {runner.cfg.search.strategy}, "
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}",
           flush=True)
-    budget = getattr(runner, "budget", None)
-    progress = SearchProgress(runner.trial_budget(), time_budget=None if budget is None else budget.seconds,
-                              done=len(runner.state.trials), elapsed=0.0 if budget is None else budget.spent())
+    progress = SearchProgress(runner.trial_budget(), time_budget=runner.budget.seconds, elapsed=runner.budget.spent(),
+                              before=runner.finished_results(), workers=runner.cfg.search.workers)
     runner.watch(progress)
+    estimate = runner.estimate()
+    if estimate is not None:
+        progress.estimate(estimate.per_trial)
+        progress.write(estimate.line)
     try:
         outcome = runner.run()
     finally:

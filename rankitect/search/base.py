@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from rankitect.space import Architecture
 
 STATUSES = ("ok", "failed", "pruned")
+STOPPED_TAG = "rankitect.stopped"  # on a run cut short by the search's time budget (a trial, a supernet)
 
 
 class SpaceExhausted(RuntimeError):
@@ -89,6 +90,8 @@ class TrialResult:
         train_seconds: wall time of training.
         error: why a failed trial failed.
         steps: training steps taken; best_step: the step of the best validation (an ok trial's).
+        stopped: why training ended early though the trial is ok (``"time budget"``: the search's
+            deadline; its best validation so far is its result), ``None`` when it ran to its end.
     """
 
     status: str = "ok"
@@ -103,6 +106,7 @@ class TrialResult:
     steps: int | None = None  # training steps taken
     cost: Cost | None = None
     best_step: int | None = None  # the step of the best validation
+    stopped: str | None = None  # e.g. "time budget": cut short by the search's deadline
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -143,13 +147,13 @@ class TrialResult:
     def from_metrics(
         cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
         train_seconds: float | None = None, steps: int | None = None, cost: Cost | None = None,
-        best_step: int | None = None,
+        best_step: int | None = None, stopped: str | None = None,
     ) -> TrialResult:
         """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
         return cls(
             val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
             test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
-            train_seconds=train_seconds, steps=steps, cost=cost, best_step=best_step,
+            train_seconds=train_seconds, steps=steps, cost=cost, best_step=best_step, stopped=stopped,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,6 +190,9 @@ class SearchContext:
         finished: genotype hashes of the candidates the search has recorded (on resume: already done).
         echo: one line of progress.
         progress: whether to draw progress bars.
+        deadline: the ``time.time()`` instant the search's time budget runs out (``None``: no
+            budget): a supernet phase still running then stops there and goes on with what it has.
+        on_step: ``(step, steps)`` after every supernet step, for the search's progress display.
     """
 
     data: Any
@@ -198,6 +205,8 @@ class SearchContext:
     finished: set[str] = field(default_factory=set)
     echo: Callable[[str], None] = print
     progress: bool = False
+    deadline: float | None = None
+    on_step: Callable[[int, int], None] | None = None
 
 
 class Proposer(Protocol):

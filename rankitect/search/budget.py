@@ -71,6 +71,17 @@ class TimeBudget:
     def exhausted(self) -> bool:
         return self.seconds is not None and self.spent() >= self.seconds
 
+    def left(self) -> float | None:
+        """Seconds left (at least 0); ``None`` without a budget."""
+        return None if self.seconds is None else max(0.0, self.seconds - self.spent())
+
+    def deadline(self) -> float | None:
+        """The ``time.time()`` instant at which the budget runs out: what a training in this or
+        another process stops at (:func:`~rankitect.train.protocol.deadline_passed`); ``None``
+        without a budget."""
+        left = self.left()
+        return None if left is None else time.time() + left
+
 
 SPENDING = ("baselines", "candidates", "pruned", "failed", "retrains")
 

@@ -54,7 +54,7 @@ from rankitect.config import DnasConfig, SurrogateConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
-from rankitect.search.base import SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
+from rankitect.search.base import STOPPED_TAG, SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
 from rankitect.search.objective import Objective, at_most
 from rankitect.search.plan import PlanProposer
 from rankitect.search.surrogate import Guide, Guided
@@ -65,6 +65,7 @@ from rankitect.supernet.train import (
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
 from rankitect.supernet.ranking import RankCheck, probe_check
+from rankitect.train.protocol import BUDGET_STOP, deadline_passed
 
 
 def check_dnas_config(cfg: DnasConfig) -> None:
@@ -257,7 +258,8 @@ class ArchStep:
 def dnas_search(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: DnasConfig, objective: Objective, *, seed: int,
     curves: CurveLogger | None = None, progress: bool = False, echo: Callable[[str], None] | None = None,
-    start: dict[str, Any] | None = None, rank_check: RankCheck | None = None,
+    start: dict[str, Any] | None = None, rank_check: RankCheck | None = None, deadline: float | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> ArchitectureWeights:
     """Train ``supernet`` and architecture weights over its space; returns the architecture weights.
 
@@ -268,7 +270,9 @@ def dnas_search(
     architecture weights start ``cfg.start_logit`` towards it: the search explores around it, and
     holding the start never stops it early (:class:`Stability`). With ``rank_check`` the supernet's
     order of its probe paths is read every ``cfg.rank_every`` steps after the warmup (logged as
-    ``rank/*``); with ``cfg.stop == "ranking"`` the loop stops once that order holds instead.
+    ``rank/*``); with ``cfg.stop == "ranking"`` the loop stops once that order holds instead. Past
+    ``deadline`` (a ``time.time()`` instant: the search's time budget) the loop stops with the
+    weights it has; ``on_step(step, steps)`` sees every step.
     """
     check_dnas_config(cfg)
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
@@ -308,11 +312,17 @@ def dnas_search(
                               "arch/stable_steps": float(stable.held)})
         if "arch/ne" in row:
             bar.set_postfix(ne=f"{row['arch/ne']:.4f}")
+        if on_step is not None:
+            on_step(step + 1, steps)
         if done:
             if echo is not None:
                 why = (f"the most probable architecture held {stable.held} architecture steps" if cfg.stop == "argmax"
                        else f"its order of {len(rank_check.probes)} probe paths held {rank_check.held} readings")
                 echo(f"dnas: {why}; stopped after {step + 1} of {steps} steps")
+            break
+        if deadline_passed(deadline) and step + 1 < steps:
+            if echo is not None:
+                echo(f"dnas: stopped by the time budget after {step + 1} of {steps} steps")
             break
     bar.close()
     return weights
@@ -430,8 +440,11 @@ class DnasSearch(Guided, PlanProposer):
                             batch_size=context.train_cfg.batch_size, seed=context.seed)
         self.weights = dnas_search(supernet, data, context.train_cfg, cfg, self.objective, seed=context.seed,
                                    curves=curves, progress=context.progress, echo=context.echo, start=start,
-                                   rank_check=check if cfg.stop == "ranking" else None)
+                                   rank_check=check if cfg.stop == "ranking" else None,
+                                   deadline=context.deadline, on_step=context.on_step)
         curves.flush()
+        if deadline_passed(context.deadline):
+            tracker.set_tag(run_id, STOPPED_TAG, BUDGET_STOP)
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
         tracker.end_run(run_id, "FINISHED")

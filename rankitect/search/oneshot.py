@@ -25,6 +25,7 @@ The supernet's training curve is a ``supernet`` child run; every scored child a 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from rankitect.config import OneShotConfig, TrainConfig
 from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch, concat_batches
 from rankitect.eval.metrics import MetricAccumulator
-from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
+from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
 from rankitect.search.evolution import RegularizedEvolution
 from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
@@ -47,6 +48,7 @@ from rankitect.supernet.train import (
 )
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
+from rankitect.train.protocol import BUDGET_STOP, deadline_passed
 
 SCORED = "scored"
 
@@ -88,10 +90,12 @@ def widest_probability(step: int, warmup_steps: int) -> float:
 
 def train_supernet(
     supernet: Supernet, data: Any, train_cfg: TrainConfig, cfg: OneShotConfig, *, seed: int,
-    curves: CurveLogger | None = None, progress: bool = False,
+    curves: CurveLogger | None = None, progress: bool = False, deadline: float | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> list[float]:
     """Train ``supernet`` for the steps of :func:`oneshot_schedule` on ``data``, one path a step;
-    returns the losses."""
+    returns the losses. Past ``deadline`` (a ``time.time()`` instant: the search's time budget) it
+    stops with the weights it has; ``on_step(step, steps)`` sees every step."""
     steps, warmup = oneshot_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
     rng = np.random.default_rng(seed)
     trainer = SupernetTrainer(supernet, train_cfg, data.split("train").ctr)
@@ -112,6 +116,10 @@ def train_supernet(
             bar.set_postfix(loss=f"{row['train/loss']:.4f}", skipped=trainer.skipped)
             if curves is not None:
                 curves.log(step, row)
+        if on_step is not None:
+            on_step(step + 1, steps)
+        if deadline_passed(deadline):
+            break
     return losses
 
 
@@ -181,11 +189,14 @@ def score(supernet: Supernet, scorer: ChildScorer, arch: Architecture) -> TrialR
 
 def evolve(
     supernet: Supernet, scorer: ChildScorer, strategy: Strategy, evaluations: int, *,
-    on_scored: Any = None, progress: bool = False,
+    on_scored: Any = None, progress: bool = False, deadline: float | None = None,
 ) -> list[tuple[Architecture, TrialResult]]:
-    """Ask/score/tell ``evaluations`` times; ``on_scored(arch, result)`` sees every scored child."""
+    """Ask/score/tell ``evaluations`` times (fewer past ``deadline``, a ``time.time()`` instant);
+    ``on_scored(arch, result)`` sees every scored child."""
     scored = []
     for _ in tqdm(range(evaluations), desc="evolution", disable=not progress, dynamic_ncols=True):
+        if deadline_passed(deadline):
+            break
         try:
             arch = strategy.ask()
         except SpaceExhausted:
@@ -266,8 +277,12 @@ class OneShotSearch(PlanProposer):
                      f"{steps} steps (widest-path warm-up over {warmup})")
         run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(tracker, run_id)
-        train_supernet(supernet, data, context.train_cfg, cfg, seed=seed, curves=curves, progress=context.progress)
+        losses = train_supernet(supernet, data, context.train_cfg, cfg, seed=seed, curves=curves,
+                                progress=context.progress, deadline=context.deadline, on_step=context.on_step)
         curves.flush()
+        if deadline_passed(context.deadline):
+            context.echo(f"oneshot: supernet stopped by the time budget after {len(losses)} of {steps} steps")
+            tracker.set_tag(run_id, STOPPED_TAG, BUDGET_STOP)
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.end_run(run_id, "FINISHED")
         evolution = RegularizedEvolution(self.space, seed=seed, objective=self.objective,
@@ -283,7 +298,7 @@ class OneShotSearch(PlanProposer):
         if scored:
             context.echo(f"oneshot: {len(scored)} baseline(s) in the first population, scored on inherited weights")
         scored += evolve(supernet, scorer, evolution, cfg.population + cfg.children - len(scored),
-                         on_scored=log_scored, progress=context.progress)
+                         on_scored=log_scored, progress=context.progress, deadline=context.deadline)
         return self.untrained(best_scored(scored, self.objective, self.plan_size + len(self.trained)), self.plan_size)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
@@ -25,7 +26,7 @@ import pandas as pd
 
 from rankitect.config import Config, config_from_dict, to_dict
 from rankitect.errors import UserError
-from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
+from rankitect.search.base import STOPPED_TAG, Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, check_writable, folder_lock, load_state,
                                          new_trial_id, process_key, save_state)
@@ -33,12 +34,13 @@ from rankitect.search.factory import check_names, objective_from_config, strateg
 from rankitect.search.identity import config_identity, refuse_difference, search_identity
 from rankitect.search.kept import KeptWeights
 from rankitect.search.objective import at_most
+from rankitect.search.plan import PlanProposer
 from rankitect.search.selection import Choice, Entrant, ValLosses, auto_target, choose_winner
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.search.shared import SharedStudy
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
-from rankitect.search.trial import InlineRunner, TrialOutput, TrialPool, trial_output
+from rankitect.search.trial import InlineRunner, StepFile, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ class SearchRunner:
         shared = cfg.search.storage is not None and cfg.search.study_name
         self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if shared else None
         self._check_identity(config_identity(cfg), state)  # a config that differs: refused before the data is read
-        self.data = open_data(cfg.data.source, cfg.data, progress=True)
+        self.data = open_data(cfg.data.source, cfg.data, progress=_isatty(sys.stderr))  # no carriage returns in a log
         self.identity = search_identity(cfg, self.data)
         self._check_identity(self.identity, state)
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
@@ -194,6 +196,23 @@ class SearchRunner:
         """Report to ``progress`` (e.g. a :class:`~rankitect.search.progress.SearchProgress` bar)."""
         self.progress, self.echo = progress, progress.write
 
+    def finished_results(self) -> list[TrialResult]:
+        """The results of the trials this process's checkpoint holds (what a progress display starts from)."""
+        return [TrialResult.from_dict(t.result) for t in self.state.trials]
+
+    def estimate(self) -> Any:
+        """How long the trials left will take, from the baselines timed here
+        (:func:`~rankitect.search.estimate.estimate_search`); ``None`` without baselines to time."""
+        from rankitect.search.estimate import estimate_search
+        from rankitect.space.baselines import get_baseline
+
+        if self.state.done or not self.cfg.search.baselines:
+            return None
+        archs = {n: get_baseline(n, self.data.spec) for n in self.cfg.search.baselines}
+        left = self.trial_budget() - len([t for t in self.state.trials if t.result["status"] != "pruned"])
+        return estimate_search(archs, self.data, self.train_cfg, trials_left=left, workers=self.cfg.search.workers,
+                               budget_left=self.budget.left())
+
     def trial_budget(self) -> int:
         """Trials this search runs in all (baselines and candidates): the progress bar's total."""
         return (len(self.cfg.search.baselines) if self.owner else 0) + self.candidate_budget()
@@ -241,6 +260,7 @@ class SearchRunner:
         if self.shared is not None and self.running:
             self.shared.release(list(self.running), why)
         self.running.clear()
+        self.state.elapsed = self.budget.spent()  # the stopped trial's time was spent too
         save_state(self.path, self.state)
         if self.owner:
             self.tracker.end_run(self.state.parent_run_id, "KILLED")
@@ -264,8 +284,17 @@ class SearchRunner:
         running until :meth:`_record` writes it."""
         self.running[name] = (kind, arch)
         ticket = self.rungs.ticket(name, prune=prune) if self.rungs is not None else None
-        self.progress.started(name)
-        future = runner.submit(arch, self.train_cfg, self._weights_path(name), ticket)
+        if isinstance(runner, TrialPool):  # the worker notes its steps in a file the display reads
+            steps_file = self.out_dir / "running" / f"{name}.json"
+            steps_file.parent.mkdir(parents=True, exist_ok=True)
+            steps_file.unlink(missing_ok=True)
+            self.progress.started(name, steps_file=steps_file)
+            on_step: Any = StepFile(str(steps_file))
+        else:
+            self.progress.started(name)
+            on_step = self.progress.stepper(name)
+        future = runner.submit(arch, self.train_cfg, self._weights_path(name), ticket, deadline=self.budget.deadline(),
+                               on_step=on_step)
         self._tickets[future] = ticket
         return future
 
@@ -283,7 +312,10 @@ class SearchRunner:
         return InlineRunner(self.data, memory_budget=self.cfg.runtime.memory_budget)
 
     def _run_baselines(self, runner: InlineRunner | TrialPool) -> None:
-        """Train the baselines under the same budget (once per search: by the parent's owner)."""
+        """Train the baselines under the same budget (once per search: by the parent's owner), at
+        most ``search.workers`` at once, each recorded (checkpoint, child run) as soon as it
+        finishes: a kill loses at most the ones running. None starts once the time budget is
+        spent; a running one stops at it (see :meth:`~rankitect.search.budget.TimeBudget.deadline`)."""
         from rankitect.space.baselines import get_baseline
 
         if not self.owner:
@@ -291,12 +323,22 @@ class SearchRunner:
         done = {t.name for t in self.state.baselines()}
         todo = [n for n in self.cfg.search.baselines if n not in done]
         pending: dict[Future, tuple[str, Architecture]] = {}
-        for name in todo:
-            arch = get_baseline(name, self.data.spec)
-            pending[self._submit(runner, "baseline", name, arch, prune=False)] = (name, arch)
-        for future in _as_completed(pending):
-            name, arch = pending[future]
-            self._record("baseline", name, arch, self._output(future))
+        while todo or pending:
+            while todo and len(pending) < max(1, self.cfg.search.workers) and not self.budget.exhausted():
+                name = todo.pop(0)
+                arch = get_baseline(name, self.data.spec)
+                pending[self._submit(runner, "baseline", name, arch, prune=False)] = (name, arch)
+            if not pending:
+                self.echo(f"time budget spent ({self._budget_words()}): baseline{'s' * (len(todo) > 1)} "
+                          f"{', '.join(todo)} not trained (--resume with a larger search.time_budget trains them)")
+                return
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for future in finished:
+                name, arch = pending.pop(future)
+                self._record("baseline", name, arch, self._output(future))
+
+    def _budget_words(self) -> str:
+        return f"{self.budget.spent() / 60:.1f} of {self.budget.seconds / 60:.1f} min"
 
     def _start_from_baselines(self) -> None:
         """Resolve ``target_mflops: auto`` to a baseline's FLOPs (see
@@ -373,15 +415,28 @@ class SearchRunner:
     def _start_strategy(self) -> None:
         """Hand the strategy what it may need before its first proposal (a supernet phase runs
         here), then checkpoint what it planned, before any of it is trained."""
+        if self.budget.exhausted():  # a supernet phase would start only to stop: a resume runs it
+            return
+        phase = "supernet" if isinstance(self.strategy, PlanProposer) and not self.strategy.planned() else None
+        on_step = None if phase is None else self.progress.phase_stepper(phase)
+        if phase is not None:
+            self.progress.started(phase)
         context = SearchContext(
             data=self.data, train_cfg=self.train_cfg, seed=self.cfg.search.seed,
             memory_budget=self.cfg.runtime.memory_budget, flops_range=self.cfg.search.flops_range,
             tracker=self.tracker, parent_run_id=self.state.parent_run_id,
-            finished={t.name for t in self.state.candidates()}, echo=self.echo, progress=self.cfg.train.progress,
+            finished={t.name for t in self.state.candidates()}, echo=self.echo,
+            progress=False, deadline=self.budget.deadline(),  # its steps show in the search's line, not a bar of its own
+            on_step=on_step,
         )
-        self.strategy.start(context)
+        try:
+            self.strategy.start(context)
+        finally:
+            if phase is not None:
+                self.progress.ended(phase)
         self.state.plan = [a.to_dict() for a in self.strategy.planned()]
         self.state.strategy = self.strategy.state_dict()
+        self.state.elapsed = self.budget.spent()
         save_state(self.path, self.state)
 
     def _run_candidates(self, runner: InlineRunner | TrialPool) -> None:
@@ -390,8 +445,7 @@ class SearchRunner:
         while True:
             while not exhausted and len(pending) < self.cfg.search.workers and self._remaining(len(pending)) > 0:
                 if self.budget.exhausted():
-                    self.echo(f"time budget spent ({self.budget.spent() / 60:.1f} of "
-                              f"{self.budget.seconds / 60:.1f} min): no new candidate starts")
+                    self.echo(f"time budget spent ({self._budget_words()}): no new candidate starts")
                     exhausted = True
                     break
                 try:
@@ -412,6 +466,11 @@ class SearchRunner:
                 out = self._output(future)
                 self.strategy.tell(arch, out.result)
                 self._record("candidate", arch_hash(arch), arch, out)
+
+    def _slots_done(self) -> int:
+        """Candidates of this process that hold a slot of ``search.trials`` (a pruned one gives its
+        slot back): what a trial line counts, never more than the budget."""
+        return sum(1 for t in self.state.candidates() if t.result["status"] != "pruned")
 
     def _within_shared_budget(self, arch: Architecture) -> bool:
         return self.shared is None or self.shared.claim(arch_hash(arch), self.candidate_budget())
@@ -455,7 +514,7 @@ class SearchRunner:
         if self.shared is not None:
             self.shared.share({"kind": record.kind, "name": record.name, "arch": record.arch, "result": record.result})
         self._keep_weights(kept_before)
-        line = _trial_line(record, len(self.state.candidates()), self.candidate_budget())
+        line = _trial_line(record, self._slots_done(), self.candidate_budget())
         predicted = getattr(self.strategy, "predictions", {}).get(name) if kind == "candidate" else None
         line += f"  (surrogate predicted val/ne {predicted[0]:.4f} +- {predicted[1]:.4f})" if predicted else ""
         self.progress.finished(name, out.result, line)
@@ -572,6 +631,8 @@ class SearchRunner:
             title = (f"{self.cfg.search.strategy} search, {self.cfg.search.space} space, "
                      f"{self.data.spec.name} data ({rows:,} rows)")
             spent = self.spending()
+            if self.budget.seconds is not None:
+                self.echo(self._budget_line(spent))
             self.tracker.log_metrics(self.state.parent_run_id, {f"budget/{k}_seconds": v for k, v in spent.items()})
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
@@ -581,6 +642,13 @@ class SearchRunner:
         from contextlib import nullcontext
 
         return nullcontext() if self.shared is None else self.shared.lock()
+
+    def _budget_line(self, spent: dict[str, float]) -> str:
+        """How the time budget went: minutes by what they went to, and the trials it cut short."""
+        parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
+        cut = [t.name for t in self.state.trials if t.result.get("stopped")]
+        line = f"time budget {self.budget.seconds / 60:.1f} min: spent {spent['total'] / 60:.1f} min ({parts} min)"
+        return line + (f"; stopped at the budget with their best validation: {', '.join(cut)}" if cut else "")
 
     def _entrant(self, kind: str, name: str, result: TrialResult) -> Entrant:
         return Entrant(name, kind, result, self.val_losses.load(name) if result.ok else None)
@@ -656,29 +724,36 @@ def _target_line(target: Entrant, best: Entrant, min_gain_se: float) -> str:
             f"FLOPs, {best.name} at {best.result.mflops:.4f} MFLOPs)")
 
 
-def _as_completed(pending: dict[Future, Any]):
-    left = list(pending)
-    while left:
-        done, _ = wait(left, return_when=FIRST_COMPLETED)
-        for f in done:
-            left.remove(f)
-            yield f
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _trial_tags(record: TrialRecord) -> dict[str, str]:
     tags = {TRIAL_TAG: str(record.number)}
     if record.trial_id is not None:
         tags[TRIAL_ID_TAG] = record.trial_id
+    stopped = record.result.get("stopped")
+    if stopped:
+        tags[STOPPED_TAG] = stopped
     return tags
 
 
 def _trial_line(record: TrialRecord, n_done: int, n_total: int) -> str:
+    """One finished trial. A candidate that holds a slot of the budget is ``[n/N]`` (n never past
+    N: a pruned one gives its slot back and is ``[pruned]``); a baseline is ``[baseline]``."""
     r = TrialResult.from_dict(record.result)
-    head = f"[{n_done}/{n_total}]" if record.kind == "candidate" else "[baseline]"
+    if record.kind != "candidate":
+        head = "[baseline]"
+    else:
+        head = "[pruned]" if r.pruned else f"[{min(n_done, n_total)}/{n_total}]"
     if r.pruned:
         ne = f"val/ne {r.val_ne:.4f}" if r.val_ne is not None else "no validation"
         return f"{head} {record.name} pruned: {ne} after {r.steps} steps, {r.train_seconds:.1f} s"
     if not r.ok:
         return f"{head} {record.name} FAILED: {r.error}"
+    stopped = f"  stopped by the {r.stopped} after {r.steps} steps (its best validation kept)" if r.stopped else ""
     return (f"{head} {record.name}  val/ne {r.val_ne:.4f}  test/ne {r.test_ne:.4f}  "
-            f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s")
+            f"test/auc {r.test_auc:.4f}  {r.mflops:.3f} MFLOPs  {r.train_seconds:.1f} s{stopped}")

@@ -7,7 +7,9 @@ a candidate that fails to build, raises while training, or diverges becomes a fa
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import time
 import traceback
@@ -16,7 +18,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +29,44 @@ from rankitect.search.pruning import RungTicket
 from rankitect.space.architecture import Architecture
 from rankitect.space.pricing import check_fits
 
+if TYPE_CHECKING:
+    from rankitect.train.protocol import StepHook
+
 log = logging.getLogger(__name__)
+
+
+class StepFile:
+    """A :data:`~rankitect.train.protocol.StepHook` for a worker process: the running trial's step
+    and epoch written to a small JSON file at most every ``every`` seconds (and at the last step),
+    which the search's progress display reads (:func:`read_steps`). Picklable."""
+
+    def __init__(self, path: str, every: float = 1.0) -> None:
+        self.path, self.every, self._last = path, every, -math.inf
+
+    def __call__(self, step: int, total: int, epoch: int, epochs: int) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every and step < total:
+            return
+        self._last = now
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump([step, total, epoch, epochs], f)
+        os.replace(tmp, self.path)  # a reader sees the old note or the new one, never half of one
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "every": self.every}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["every"])
+
+
+def read_steps(path: str | Path) -> tuple[int, int, int, int] | None:
+    """What a :class:`StepFile` last wrote, ``(step, total, epoch, epochs)``; ``None`` before that."""
+    try:
+        step, total, epoch, epochs = json.loads(Path(path).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    return int(step), int(total), int(epoch), int(epochs)
 
 
 @dataclass
@@ -52,17 +91,18 @@ def candidates_per_request(data: Any) -> float:
 
 def run_trial(
     arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
-    *, memory_budget: float | None = None,
+    *, memory_budget: float | None = None, deadline: float | None = None, on_step: StepHook | None = None,
 ) -> TrialOutput:
     """:func:`_run_trial`, with the wall clock of its start and end (not of its wait in a queue)."""
     started = time.time()
-    out = _run_trial(arch, data, cfg, weights_path, ticket, memory_budget=memory_budget)
+    out = _run_trial(arch, data, cfg, weights_path, ticket, memory_budget=memory_budget, deadline=deadline,
+                     on_step=on_step)
     return replace(out, started=started, ended=time.time())
 
 
 def _run_trial(
     arch: Architecture, data: Any, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
-    *, memory_budget: float | None = None,
+    *, memory_budget: float | None = None, deadline: float | None = None, on_step: StepHook | None = None,
 ) -> TrialOutput:
     """Price (against ``runtime.memory_budget``, ``memory_budget`` GB), cost
     (:func:`~rankitect.cost.measure`, once), train and score ``arch`` on ``data``; failures are
@@ -71,7 +111,9 @@ def _run_trial(
 
     With ``weights_path`` the trained model's ``state_dict`` is saved there as safetensors. With
     ``ticket`` every validation is reported to the search's rung study, which may stop the
-    training: the trial is then ``pruned``, with its partial validation curve.
+    training: the trial is then ``pruned``, with its partial validation curve. Past ``deadline``
+    (a ``time.time()`` instant: the search's time budget) the training ends with its best state
+    so far, and the result's ``stopped`` says so. ``on_step`` sees every training step.
     """
     from rankitect.train.loop import train_architecture
     from rankitect.train.task import TrialPruned
@@ -85,9 +127,9 @@ def _run_trial(
         cost = measure(arch, data.spec, candidates_per_request(data) if arch.rocs else None)
         mflops, params = cost.served_mflops, cost.params
         report = ticket.reporter() if ticket is not None else None
-        out = train_architecture(arch, data, cfg, report=report)
+        out = train_architecture(arch, data, cfg, report=report, deadline=deadline, on_step=on_step)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds,
-                                          steps=out.steps, cost=cost, best_step=out.best_step)
+                                          steps=out.steps, cost=cost, best_step=out.best_step, stopped=out.stopped)
         if weights_path is not None:
             from rankitect.track.weights import save_weights
 
@@ -102,6 +144,8 @@ def _run_trial(
     except BaseException as e:  # noqa: BLE001 - a failed candidate never kills a search
         seconds = time.perf_counter() - start
         message = f"{type(e).__name__}: {e}"
+        if deadline is not None and time.time() >= deadline:  # cut by the budget before it beat the base rate
+            message = f"stopped by the time budget: {message}"
         log.warning("trial failed: %s", message)
         return TrialOutput(
             result=TrialResult.failure(message, mflops=mflops, params=params, train_seconds=seconds, cost=cost),
@@ -157,9 +201,10 @@ def _init_worker(data_path: str, threads: int, memory_budget: float | None = Non
     _WORKER_DATA["memory_budget"] = memory_budget
 
 
-def _run_in_worker(arch_json: str, cfg: TrainConfig, weights_path: str | None, ticket: RungTicket | None) -> TrialOutput:
+def _run_in_worker(arch_json: str, cfg: TrainConfig, weights_path: str | None, ticket: RungTicket | None,
+                   deadline: float | None, on_step: StepHook | None) -> TrialOutput:
     return run_trial(Architecture.from_json(arch_json), _WORKER_DATA["data"], cfg, weights_path, ticket,
-                     memory_budget=_WORKER_DATA["memory_budget"])
+                     memory_budget=_WORKER_DATA["memory_budget"], deadline=deadline, on_step=on_step)
 
 
 class InlineRunner:
@@ -170,9 +215,11 @@ class InlineRunner:
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+        *, deadline: float | None = None, on_step: StepHook | None = None,
     ) -> Future:
         future: Future = Future()
-        future.set_result(run_trial(arch, self.data, cfg, weights_path, ticket, memory_budget=self.memory_budget))
+        future.set_result(run_trial(arch, self.data, cfg, weights_path, ticket, memory_budget=self.memory_budget,
+                                    deadline=deadline, on_step=on_step))
         return future
 
     def close(self) -> None:
@@ -204,8 +251,10 @@ class TrialPool:
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
+        *, deadline: float | None = None, on_step: StepHook | None = None,
     ) -> Future:
-        args = (arch.to_json(), cfg, weights_path, ticket)
+        """``on_step`` crosses to the worker: a picklable hook such as :class:`StepFile`."""
+        args = (arch.to_json(), cfg, weights_path, ticket, deadline, on_step)
         try:
             return self.executor.submit(_run_in_worker, *args)
         except BrokenProcessPool:

@@ -16,6 +16,7 @@ from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import UserError
 from rankitect.train.loop import TrainResult, score, train_model
+from rankitect.train.protocol import StepHook
 from rankitect.train.task import TrialDiverged
 
 
@@ -48,17 +49,19 @@ def check_same_features(trained: FeatureSpec, data: FeatureSpec, where: str) -> 
 
 def finetune_model(
     model: Any, data: Any, cfg: TrainConfig, *, from_scratch: bool = False, runtime: RuntimeConfig | None = None,
+    on_step: StepHook | None = None,
 ) -> FinetuneOutcome:
     """Train ``model`` further on ``data`` by the search's protocol, scoring it before and after.
 
     ``model`` holds its starting weights (a run's, a supernet's cut, or fresh ones when
     ``from_scratch``). Unless ``from_scratch``, a training that does not lower the validation NE
     of the start gives the model its starting weights back (``kept_start``). ``runtime`` may
-    compile training (see :mod:`rankitect.train.runtime`).
+    compile training (see :mod:`rankitect.train.runtime`); ``on_step`` sees every training step
+    (a progress display).
     """
     before = score(model, data, cfg)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    out = _train(model, data, cfg, runtime, before, from_scratch)
+    out = _train(model, data, cfg, runtime, before, from_scratch, on_step)
     kept_start = not from_scratch and out.metrics["val/ne"] >= before["val/ne"]
     if kept_start:
         model.load_state_dict(start)
@@ -67,11 +70,11 @@ def finetune_model(
 
 
 def _train(model: Any, data: Any, cfg: TrainConfig, runtime: RuntimeConfig | None, before: dict[str, float],
-           from_scratch: bool) -> TrainResult:
+           from_scratch: bool, on_step: StepHook | None = None) -> TrainResult:
     """Train ``model`` by the search's protocol; fine-tuning that diverges (validation NE never back
     below 1) leaves a result scored like the start, so the starting weights are kept."""
     try:
-        return train_model(model, data, cfg, runtime=runtime)
+        return train_model(model, data, cfg, runtime=runtime, on_step=on_step)
     except TrialDiverged:
         if from_scratch:
             raise

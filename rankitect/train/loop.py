@@ -25,7 +25,7 @@ from rankitect.blocks.buckets import EDGE_ROWS, unset_buckets
 from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.batch import Batch
 from rankitect.eval.evaluate import evaluate
-from rankitect.train.protocol import Protocol, Report, Schedule, check_warmup
+from rankitect.train.protocol import Protocol, Report, Schedule, StepHook, check_warmup
 from rankitect.train.task import RankingTask
 
 
@@ -45,6 +45,7 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     best_step: int = 0
     val_losses: np.ndarray | None = None  # per-example validation losses of the best validation, in row order
+    stopped: str | None = None  # why training ended before its protocol said so (protocol.BUDGET_STOP), if it did
 
 
 class BatchStream(IterableDataset):
@@ -100,12 +101,13 @@ def make_trainer(
 def train_model(
     model: nn.Module, data: Any, cfg: TrainConfig, *, steps: int | None = None,
     callbacks: list[pl.Callback] | None = None, runtime: RuntimeConfig | None = None,
-    report: Report | None = None,
+    report: Report | None = None, deadline: float | None = None, on_step: StepHook | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``data.split("train")`` under the protocol, then score val and test.
 
-    ``steps`` overrides ``cfg.steps`` (the cap). ``report`` is called after every validation (see
-    :class:`~rankitect.train.protocol.Protocol`). ``runtime`` (None: eager fp32 on the CPU) may
+    ``steps`` overrides ``cfg.steps`` (the cap). ``report`` is called after every validation,
+    ``on_step`` after every step; past ``deadline`` (a ``time.time()`` instant) training ends with
+    one more validation and ``stopped`` says so (see :class:`~rankitect.train.protocol.Protocol`). ``runtime`` (None: eager fp32 on the CPU) may
     compile the training forward or convert safe layers to FP8 (see :mod:`rankitect.train.runtime`);
     compile time counts in ``train_seconds``. ``runtime.precision=bf16`` trains under bf16
     autocast (Lightning's ``bf16-mixed``); validations and the returned scores run in float32.
@@ -125,7 +127,8 @@ def train_model(
     set_bucket_edges(model, train, cfg.seed)
     schedule = Schedule.for_data(cfg, data)
     check_warmup(cfg, schedule.total_steps)
-    protocol = Protocol(model, lambda: val.batches(cfg.batch_size, shuffle=False), cfg, schedule, report)
+    protocol = Protocol(model, lambda: val.batches(cfg.batch_size, shuffle=False), cfg, schedule, report,
+                        deadline=deadline, on_step=on_step)
     accelerator = "gpu" if runtime is not None and runtime.device.startswith("cuda") else "cpu"
     precision = "bf16-mixed" if runtime is not None and runtime.precision == "bf16" else "32-true"
     trainer = make_trainer(cfg, schedule, callbacks=[protocol, *(callbacks or [])], accelerator=accelerator,
@@ -141,7 +144,8 @@ def train_model(
     seconds = time.perf_counter() - start
     metrics = {**protocol.best_metrics(), **score(model, data, cfg, splits=("test",))}
     return TrainResult(model=model, metrics=metrics, train_seconds=seconds, steps=trainer.global_step,
-                       history=protocol.history, best_step=protocol.best_step, val_losses=protocol.best_losses)
+                       history=protocol.history, best_step=protocol.best_step, val_losses=protocol.best_losses,
+                       stopped=protocol.stopped)
 
 
 def score(model: nn.Module, data: Any, cfg: TrainConfig, splits: tuple[str, ...] = ("val", "test")) -> dict[str, float]:

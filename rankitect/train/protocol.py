@@ -9,7 +9,10 @@ too (:attr:`Protocol.best_losses`): a search compares two models on the same row
 paired test, see :mod:`rankitect.search.selection`). A search may also stop a training early
 through a ``report`` hook that is called after every validation with the best validation NE so far
 and raises :class:`~rankitect.train.task.TrialPruned` (successive halving, see
-:mod:`rankitect.search.pruning`).
+:mod:`rankitect.search.pruning`). A ``deadline`` (a ``time.time()`` instant: a search's time
+budget) ends training at the first step past it with one more validation, so the training
+returns its best state so far and says it was stopped (:attr:`Protocol.stopped`); an
+``on_step`` hook sees every step (progress display).
 
 Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
 model that has not once validated below 1 (no better than predicting the base rate) by a validation
@@ -29,6 +32,7 @@ then rises above it is overfitting, not diverging: early stopping ends it and it
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +57,20 @@ VAL_COST_FACTOR = 2  # ... and at least this many times the validation batches
 # best state is restored), and a curve that swings from one validation to the next is not judged on a
 # swing.
 Report = Callable[[int, float, bool], None]
+
+# (steps taken, total steps, epoch from 1, epochs) after every training step: what a progress display shows.
+StepHook = Callable[[int, int, int, int], None]
+
+BUDGET_STOP = "time budget"  # Protocol.stopped of a training ended at its deadline
+
+
+def deadline_passed(deadline: float | None, now: float | None = None) -> bool:
+    """Whether the ``time.time()`` instant ``deadline`` has passed (``None``: there is none).
+
+    >>> deadline_passed(None), deadline_passed(100.0, now=99.0), deadline_passed(100.0, now=100.0)
+    (False, False, True)
+    """
+    return deadline is not None and (time.time() if now is None else now) >= deadline
 
 
 @dataclass(frozen=True)
@@ -103,14 +121,19 @@ class Protocol(pl.Callback):
         schedule: when to validate.
         report: called after each validation with its index (from 1), the best validation NE so far
             and whether training ends there anyway; may raise.
+        deadline: a ``time.time()`` instant; the first step past it is validated and ends training
+            (:attr:`stopped` then says why). ``None``: no deadline.
+        on_step: called after every training step (:data:`StepHook`).
     """
 
     def __init__(
         self, model: nn.Module, val_batches: Callable[[], Any], cfg: TrainConfig, schedule: Schedule,
-        report: Report | None = None,
+        report: Report | None = None, *, deadline: float | None = None, on_step: StepHook | None = None,
     ) -> None:
         super().__init__()
         self.model, self.val_batches, self.cfg, self.schedule, self.report = model, val_batches, cfg, schedule, report
+        self.deadline, self.on_step = deadline, on_step
+        self.stopped: str | None = None  # BUDGET_STOP when the deadline ended the training
         self.history: list[dict[str, float]] = []
         self.best_ne = math.inf
         self.best_step = -1
@@ -121,6 +144,14 @@ class Protocol(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         step = trainer.global_step
+        if self.on_step is not None:
+            epochs = math.ceil(self.schedule.total_steps / self.schedule.epoch_steps)
+            self.on_step(step, self.schedule.total_steps, min(epochs, trainer.current_epoch + 1), epochs)
+        if deadline_passed(self.deadline) and not trainer.should_stop:
+            self.stopped = BUDGET_STOP
+            trainer.should_stop = True
+            self.validate(trainer)  # the state at the deadline competes with the best so far
+            return
         if step % self.schedule.interval == 0 or step >= self.schedule.total_steps:
             self.validate(trainer)
 
@@ -149,7 +180,7 @@ class Protocol(pl.Callback):
             self._since_best += 1
             if self.cfg.patience and self._since_best >= self.cfg.patience:
                 trainer.should_stop = True
-        if self.report is not None:
+        if self.report is not None and self.stopped is None:  # a stopped training is not judged on its cut
             final = trainer.should_stop or step >= self.schedule.total_steps
             try:
                 self.report(len(self.history), self.best_ne, final)

@@ -20,7 +20,8 @@ def _score(model: nn.Module, data: object, cfg: TrainConfig) -> dict[str, float]
 
 def _training_to(weights: float | None):
     """A stand-in training run that sets every weight to ``weights`` (None: it diverges)."""
-    def train(model: nn.Module, data: object, cfg: TrainConfig, *, runtime: object = None) -> TrainResult:
+    def train(model: nn.Module, data: object, cfg: TrainConfig, *, runtime: object = None,
+              on_step: object = None) -> TrainResult:
         if weights is None:
             raise TrialDiverged("val/ne never below 1")
         with torch.no_grad():

@@ -1,0 +1,84 @@
+"""The time budget reaches every phase as a deadline: a training, a DNAS and a one-shot supernet
+past it stop at their next step, with what they have."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
+from rankitect.search.budget import TimeBudget
+from rankitect.search.dnas import dnas_search
+from rankitect.search.objective import Objective
+from rankitect.search.oneshot import train_supernet
+from rankitect.space import get_space
+from rankitect.space.baselines import get_baseline
+from rankitect.supernet.train import build_supernet
+from rankitect.train.loop import train_architecture
+from tests.learnable import learnable_source
+from tests.search.tiny_data import tiny_click_data
+from tests.space.conftest import SMALL_NASREC
+
+TRAIN = TrainConfig(batch_size=64, max_epochs=3, progress=False, warmup_steps=0, test_batches=2)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory):
+    return tiny_click_data(tmp_path_factory.mktemp("budget") / "data", rows=1024)  # 16 steps an epoch
+
+
+def test_a_training_past_its_deadline_validates_once_more_and_says_it_stopped(monkeypatch) -> None:
+    """A clock that moves one second a step; the deadline 40 s on: the training stops after step 40
+    (of 2 epochs of 32), validated there, its best state restored, and says it was stopped."""
+    from types import SimpleNamespace
+
+    import rankitect.train.protocol as protocol
+    from rankitect.data.store import ClickData
+
+    data = ClickData.open(learnable_source())
+    now = [1000.0]
+    monkeypatch.setattr(protocol, "time", SimpleNamespace(time=lambda: now[0]))
+    steps: list[int] = []
+
+    def tick(step: int, total: int, epoch: int, epochs: int) -> None:
+        steps.append(step)
+        now[0] += 1.0
+
+    cfg = replace(TRAIN, max_epochs=2, warmup_steps=64)
+    out = train_architecture(get_baseline("dlrm", data.spec), data, cfg, deadline=1040.0, on_step=tick)
+    assert steps == list(range(1, 41)) and out.steps == 40 and out.stopped == "time budget"
+    assert [h["step"] for h in out.history] == [32.0, 40.0]  # the epoch's validation, then one at the cut
+    best = min(out.history, key=lambda h: h["val/ne"])
+    assert out.metrics["val/ne"] == best["val/ne"] and out.best_step == best["step"]
+    now[0] = 0.0
+    full = train_architecture(get_baseline("dlrm", data.spec), data, cfg, deadline=1040.0)
+    assert full.stopped is None and full.steps == 64
+
+
+def test_a_dnas_supernet_past_its_deadline_stops_at_its_next_step(data) -> None:
+    space = get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 2})
+    supernet, lines, steps = build_supernet(space, data.spec, 0), [], []
+    cfg = DnasConfig(supernet_steps=400, warmup_steps=5, epochs=1e6, stable_steps=0)
+    dnas_search(supernet, data, TRAIN, cfg, Objective(), seed=0, echo=lines.append, deadline=time.time(),
+                on_step=lambda step, total: steps.append((step, total)))
+    assert steps == [(1, 400)] and lines == ["dnas: stopped by the time budget after 1 of 400 steps"]
+
+
+def test_a_oneshot_supernet_past_its_deadline_stops_at_its_next_step(data) -> None:
+    space = get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 2})
+    supernet = build_supernet(space, data.spec, 0)
+    cfg = OneShotConfig(supernet_steps=20, warmup_steps=5, epochs=100.0)
+    losses = train_supernet(supernet, data, TRAIN, cfg, seed=0, deadline=time.time())
+    assert len(losses) == 1
+    assert len(train_supernet(build_supernet(space, data.spec, 0), data, TRAIN, cfg, seed=0)) == 20
+
+
+def test_the_deadline_is_the_budget_left_from_now() -> None:
+    clock = iter([0.0, 40.0, 40.0]).__next__  # start, then two reads at 40 s
+    budget = TimeBudget(100.0, clock=clock, elapsed=30.0)  # 30 s spent before a resume
+    before = time.time()
+    deadline = budget.deadline()  # 100 - 30 - 40 = 30 s from now
+    assert before + 30.0 <= deadline <= time.time() + 30.0
+    assert budget.left() == 30.0 and TimeBudget(None).deadline() is None
