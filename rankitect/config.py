@@ -35,12 +35,13 @@ from rankitect.errors import ConfigError
 
 @dataclass
 class DataConfig:
-    """Where the click data comes from. ``source``: ``synthetic``, a Criteo TSV, a CSV/parquet
+    """Where the click data comes from. ``source``: ``synthetic``, ``synthetic-categorical`` (an
+    all-categorical log: Zipf users and items, no dense features), a Criteo TSV, a CSV/parquet
     file (with ``schema``), or a cache directory written earlier."""
 
-    source: str = "synthetic"  # synthetic | a Criteo TSV | a CSV/parquet file (with schema) | a cache dir
-    rows: int = 200_000  # synthetic only (rankitect.data.synthetic.DEFAULT_ROWS)
-    seed: int = 0  # synthetic only
+    source: str = "synthetic"  # synthetic | synthetic-categorical | a Criteo TSV | a CSV/parquet file (with schema) | a cache dir
+    rows: int | None = None  # generated sets only; null: the generator's default (synthetic 200000, synthetic-categorical 100000)
+    seed: int = 0  # generated sets only
     schema: str | None = None  # CSV / parquet only
     vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)
     cache_dir: str | None = None  # default: $RANKITECT_DATA_DIR, else ~/.cache/rankitect/data
