@@ -93,7 +93,7 @@ class OneShotConfig:
     finetune_batches: int = 4  # training batches whose features the head is fine-tuned on
     finetune_steps: int = 20  # head-only steps over those features before a child is scored
     score_batches: int = 10  # validation batches a child is scored on
-    top_k: int = 1  # best scored children retrained from scratch, as NASRec (with search.time_budget: search.trials, until it is spent)
+    top_k: int = 1  # best scored children retrained from scratch at least, as NASRec; the next best follow until search.trials are trained
     log_every: int = 10
 
 
@@ -113,7 +113,7 @@ class DnasConfig:
     arch_split: Literal["train", "val"] = "train"  # batches the architecture steps on (train: rows not yet seen)
     tau_start: float = 5.0
     tau_end: float = 0.5
-    top_k: int = 1  # most probable architectures retrained (with search.time_budget, then changes of the best retrained so far)
+    top_k: int = 1  # most probable architectures retrained first; then changes of the best trained so far until search.trials are trained
     log_every: int = 10
 
 

@@ -51,7 +51,7 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
         options["config"] = getattr(cfg, cfg.strategy)
     if "rocs" in accepted:
         options["rocs"] = cfg.rocs
-    if "fill" in accepted and cfg.time_budget is not None:  # retrain what the supernet chose until time is up
+    if "fill" in accepted:  # a supernet's choice first, then more until search.trials are trained (or time is up)
         options["fill"] = cfg.trials
     if cfg.storage is not None and "shared" in accepted:
         from rankitect.search.shared import SharedStudy
