@@ -21,8 +21,9 @@ from rankitect.search.objective import Objective
 
 
 def objective_from_config(cfg: SearchConfig) -> Objective:
-    """The objective of ``cfg``; ``target_mflops: auto`` has no target until :func:`~rankitect.search.selection.auto_target`."""
-    target = None if cfg.target_mflops == "auto" else cfg.target_mflops
+    """The objective of ``cfg``; ``target_mflops: auto`` (or ``cheapest``) has no target until
+    :func:`~rankitect.search.selection.auto_target`."""
+    target = None if isinstance(cfg.target_mflops, str) else cfg.target_mflops
     return Objective(target_mflops=target, penalty=cfg.penalty, weight=cfg.penalty_weight)
 
 

@@ -31,7 +31,7 @@ from rankitect.search.checkpoint import (SearchState, TrialRecord, folder_lock, 
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.kept import KeptWeights
 from rankitect.search.objective import at_most
-from rankitect.search.selection import Choice, Entrant, ValLosses, auto_target, choose_winner
+from rankitect.search.selection import TARGET_RULES, Choice, Entrant, ValLosses, auto_target, choose_winner
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.search.shared import SharedStudy
@@ -232,18 +232,19 @@ class SearchRunner:
             self._record("baseline", name, arch, self._output(future))
 
     def _start_from_baselines(self) -> None:
-        """Resolve ``target_mflops: auto`` to a baseline's FLOPs (see
+        """Resolve ``target_mflops: auto`` (or ``cheapest``) to a baseline's FLOPs (see
         :func:`~rankitect.search.selection.auto_target`) and ``pruning_min_validations: auto`` from
         the baselines' curves (:meth:`~rankitect.search.pruning.Rungs.calibrate`), then tell the strategy every trained
         baseline its space holds, so the search starts from them (both idempotent on resume)."""
         bases = [(t.name, Architecture.from_dict(t.arch), TrialResult.from_dict(t.result))
                  for t in self._all_trials() if t.kind == "baseline"]
-        if self.cfg.search.target_mflops == "auto":
+        rule = self.cfg.search.target_mflops
+        if rule in TARGET_RULES:
             found = auto_target([self._entrant("baseline", name, r) for name, _, r in bases],
-                                self.cfg.search.min_gain_se, self.objective)
-            self.objective = self.objective.with_target(found[0].result.mflops if found else None)
-            self.echo(_target_line(*found, self.cfg.search.min_gain_se) if found
-                      else "target_mflops auto: no baseline finished; ranking by NE alone")
+                                self.cfg.search.min_gain_se, self.objective, rule=str(rule))
+            self.objective = self.objective.with_target(found.mflops if found else None)
+            self.echo(found.line(self.cfg.search.min_gain_se) if found
+                      else f"target_mflops {rule}: no baseline finished; ranking by NE alone")
             self.strategy.objective = self.objective
         placed = self.rungs.calibrate() if self.rungs is not None else None
         if placed is not None:
@@ -509,15 +510,6 @@ def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]],
         return bases.get(row["name"])
     by_hash = {arch_hash(a): a for a, _ in cands}
     return by_hash.get(row["hash"])
-
-
-def _target_line(target: Entrant, best: Entrant, min_gain_se: float) -> str:
-    line = f"target_mflops auto: {target.result.mflops:.4f} MFLOPs ({target.name}"
-    if target is best:
-        return line + ", the best baseline by val/ne and its FLOPs)"
-    errors = "standard error" if min_gain_se == 1 else "standard errors"
-    return (line + f", the cheapest baseline within {min_gain_se:g} {errors} of the best by val/ne and its "
-            f"FLOPs, {best.name} at {best.result.mflops:.4f} MFLOPs)")
 
 
 def _as_completed(pending: dict[Future, Any]):
