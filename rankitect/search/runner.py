@@ -247,7 +247,9 @@ class SearchRunner:
                       else f"target_mflops {rule}: no baseline finished; ranking by NE alone")
             self.strategy.objective = self.objective
         placed = self.rungs.calibrate() if self.rungs is not None else None
-        if placed is not None:
+        if placed is not None and placed[1] is None:
+            self.echo("pruning_min_validations auto: fewer than 2 baselines finished; first rung at 1 validation")
+        elif placed is not None:
             self.echo(f"pruning_min_validations auto: first rung at {placed[0]} validation{'s' * (placed[0] > 1)} "
                       f"(the earliest at which successive halving over the baselines keeps the best, {placed[1]})")
         taken = [name for name, arch, r in bases if self.strategy.observe(arch, r)]
