@@ -20,7 +20,8 @@ def add_commands(sub: Any) -> None:
     add_config_args(synth)
     synth.set_defaults(handler=cmd_data_synth, flags={"rows": "data.rows", "seed": "data.seed"})
     inspect_ = data_sub.add_parser("inspect", help="print rows, CTR, features, vocab sizes, Bayes NE")
-    inspect_.add_argument("source", nargs="?", help="synthetic | synthetic-categorical | a Criteo TSV | CSV/parquet | a cache dir")
+    inspect_.add_argument("source", nargs="?",
+                          help="synthetic | synthetic-categorical | a Criteo TSV | CSV/parquet | a cache dir")
     add_config_args(inspect_)
     inspect_.set_defaults(handler=cmd_data_inspect, flags={})
 

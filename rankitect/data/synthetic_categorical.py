@@ -90,7 +90,8 @@ class CategoricalTeacher:
         self.profile = {f: _attribute(rng, USERS, FIELDS[f][2]) for f in (AGE, GENDER, REGION)}  # by user id
         brand = _attribute(rng, ITEMS, FIELDS[BRAND][2])
         category_of_brand = _attribute(rng, FIELDS[BRAND][2], FIELDS[CATEGORY][2])
-        self.catalog = {BRAND: brand, CATEGORY: category_of_brand[brand], PRICE: _attribute(rng, ITEMS, FIELDS[PRICE][2])}
+        price = _attribute(rng, ITEMS, FIELDS[PRICE][2])
+        self.catalog = {BRAND: brand, CATEGORY: category_of_brand[brand], PRICE: price}  # by item id
         self.context = {f: rng.dirichlet(np.ones(FIELDS[f][2])) for f in (DEVICE, HOUR)}  # probabilities of ids 1..
         self.first = [self._table(rng, f, 1)[:, 0] for f in range(len(FIELDS))]
         self.user_factors, self.item_factors = self._table(rng, USER, FACTOR_DIM), self._table(rng, ITEM, FACTOR_DIM)
