@@ -36,12 +36,13 @@ from rankitect.errors import ConfigError
 
 @dataclass
 class DataConfig:
-    """Where the click data comes from. ``source``: ``synthetic``, a Criteo TSV, a CSV/parquet
+    """Where the click data comes from. ``source``: ``synthetic``, ``synthetic-categorical`` (an
+    all-categorical log: Zipf users and items, no dense features), a Criteo TSV, a CSV/parquet
     file (with ``schema``), or a cache directory written earlier."""
 
-    source: str = "synthetic"  # synthetic | a Criteo TSV | a CSV/parquet file (with schema) | a cache dir
-    rows: int = 200_000  # synthetic only (rankitect.data.synthetic.DEFAULT_ROWS)
-    seed: int = 0  # synthetic only
+    source: str = "synthetic"  # synthetic | synthetic-categorical | a Criteo TSV | a CSV/parquet file (with schema) | a cache dir
+    rows: int | None = None  # generated sets only; null: the generator's default (synthetic 200000, synthetic-categorical 100000)
+    seed: int = 0  # generated sets only
     schema: str | None = None  # CSV / parquet only
     vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)
     cache_dir: str | None = None  # default: $RANKITECT_DATA_DIR, else ~/.cache/rankitect/data
@@ -93,7 +94,7 @@ class OneShotConfig:
     finetune_batches: int = 4  # training batches whose features the head is fine-tuned on
     finetune_steps: int = 20  # head-only steps over those features before a child is scored
     score_batches: int = 10  # validation batches a child is scored on
-    top_k: int = 1  # best scored children retrained from scratch, as NASRec (with search.time_budget: search.trials, until it is spent)
+    top_k: int = 1  # best scored children retrained from scratch at least, as NASRec; the next best follow until search.trials are trained
     log_every: int = 10
 
 
@@ -113,7 +114,7 @@ class DnasConfig:
     arch_split: Literal["train", "val"] = "train"  # batches the architecture steps on (train: rows not yet seen)
     tau_start: float = 5.0
     tau_end: float = 0.5
-    top_k: int = 1  # most probable architectures retrained (with search.time_budget, then changes of the best retrained so far)
+    top_k: int = 1  # most probable architectures retrained first; then changes of the best trained so far until search.trials are trained
     log_every: int = 10
     stop: Literal["argmax", "ranking"] = "argmax"  # argmax: stable_steps; ranking: once the supernet's order of probe paths (the trained baselines, changes of the start) holds
     rank_every: int = 20  # weight steps between readings of the probes' order (stop: ranking)
@@ -140,11 +141,11 @@ class SearchConfig:
     rocs: bool = False  # only architectures whose field mixing is ROCS-masked (request side once per request)
     trials: int = 16  # candidates to train (a pruned one gives its slot back)
     seed: int = 0
-    target_mflops: float | Literal["auto"] | None = "auto"  # auto: the cheapest baseline within min_gain_se standard errors of the best by the objective; null: NE alone
+    target_mflops: float | Literal["auto", "cheapest"] | None = "auto"  # auto: the FLOPs of the best baseline by val NE (lower NE at no more cost); cheapest: of the cheapest baseline within min_gain_se standard errors of the best by the objective; a number; null: NE alone
     time_budget: str | float | None = None  # wall clock of the whole search, e.g. "90m", "4h", "3600" (seconds); None: trials decide
     pruning: Literal["asha", "hyperband", "none"] = "asha"  # stop unpromising candidates early: successive halving; hyperband: brackets of later first rungs
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
-    pruning_min_validations: int | Literal["auto"] = 1  # validations before a candidate may first be pruned (rungs at this x reduction^k); auto: the earliest first rung that would have kept the best baseline
+    pruning_min_validations: int | Literal["auto"] = "auto"  # validations before a candidate may first be pruned (rungs at this x reduction^k); auto: the earliest first rung that would have kept the best baseline (1 with fewer than 2 baselines)
     penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|
     penalty_weight: float = 0.01  # w: relative NE cost per doubling of FLOPs beyond the target
     min_gain_se: float = 1.0  # a candidate beats the best baseline only by more than this many paired standard errors of validation; 0: lowest objective wins

@@ -12,23 +12,28 @@ from rankitect.config import Config
 def add_commands(sub: Any) -> None:
     data = sub.add_parser("data", help="write or inspect click data sets")
     data_sub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    synth = data_sub.add_parser("synth", help="write the seeded synthetic data set (knows its Bayes NE)")
+    synth = data_sub.add_parser("synth", help="write a seeded synthetic data set (knows its Bayes NE; "
+                                              "data.source=synthetic-categorical: the all-categorical one)")
     synth.add_argument("--rows", type=int, help="rows to generate (default: data.rows)")
     synth.add_argument("--seed", type=int, help="generator seed (default: data.seed)")
     synth.add_argument("-o", "--output", help="output directory (default: data/synthetic)")
     add_config_args(synth)
     synth.set_defaults(handler=cmd_data_synth, flags={"rows": "data.rows", "seed": "data.seed"})
     inspect_ = data_sub.add_parser("inspect", help="print rows, CTR, features, vocab sizes, Bayes NE")
-    inspect_.add_argument("source", nargs="?", help="synthetic | a Criteo TSV | CSV/parquet | a cache dir")
+    inspect_.add_argument("source", nargs="?",
+                          help="synthetic | synthetic-categorical | a Criteo TSV | CSV/parquet | a cache dir")
     add_config_args(inspect_)
     inspect_.set_defaults(handler=cmd_data_inspect, flags={})
 
 
 def cmd_data_synth(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.data import describe, generate_synthetic
+    from rankitect.data.synthetic_categorical import SOURCE, generate_categorical
 
-    out = args.output or "data/synthetic"
-    data = generate_synthetic(out, rows=cfg.data.rows, seed=cfg.data.seed, progress=True)
+    generate = generate_categorical if cfg.data.source == SOURCE else generate_synthetic
+    out = args.output or f"data/{cfg.data.source if cfg.data.source == SOURCE else 'synthetic'}"
+    rows = {} if cfg.data.rows is None else {"rows": cfg.data.rows}  # None: the generator's default
+    data = generate(out, **rows, seed=cfg.data.seed, progress=True)
     _print_description(describe(data))
     print(f"written to {out}")
     return 0

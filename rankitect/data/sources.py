@@ -3,6 +3,8 @@
 ``open_data(source)`` understands:
 
 * ``"synthetic"`` (the default): the embedded generator, cached (:func:`ensure_default_data`);
+* ``"synthetic-categorical"``: an all-categorical click log (Zipf users and items, no dense
+  features), cached (:func:`~rankitect.data.synthetic_categorical.ensure_categorical_data`);
 * an existing data directory (one with ``meta.json``): opened as is;
 * a ``.tsv`` / ``.txt`` file: raw Criteo (:func:`~rankitect.data.criteo.read_criteo`);
 * a ``.csv`` / ``.parquet`` / ``.pq`` file: tabular with a schema YAML
@@ -21,13 +23,14 @@ from rankitect.data.store import ClickData, is_data_dir
 from rankitect.errors import DataError
 
 _CRITEO_SUFFIXES = (".tsv", ".txt")
+GENERATED = ("synthetic", "synthetic-categorical")  # sources drawn by a seeded generator, by name
 _TABULAR_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
 class DataOptions(Protocol):
     """What :func:`open_data` reads from a config object (e.g. the CLI's ``DataConfig``)."""
 
-    rows: int
+    rows: int | None
     seed: int
     schema: str | None
     vocab_size: int
@@ -45,7 +48,8 @@ def open_data(
 ) -> ClickData:
     """Open (building and caching on first use) the data set named by ``source``.
 
-    Keyword arguments win over ``options``; ``rows`` and ``seed`` apply to ``synthetic`` only,
+    Keyword arguments win over ``options``; ``rows`` and ``seed`` apply to the generated sets
+    (:data:`GENERATED`) only (``rows`` ``None``: each generator's own default),
     ``schema`` to tabular files, ``vocab_size`` to Criteo files (a tabular file takes its own from
     the schema). ``cache_dir`` is the cache root (default: ``$RANKITECT_DATA_DIR`` or
     ``~/.cache/rankitect/data``).
@@ -100,13 +104,19 @@ def _open(
         from rankitect.data.synthetic import DEFAULT_ROWS, ensure_default_data
 
         return ensure_default_data(rows=DEFAULT_ROWS if rows is None else rows, seed=seed or 0, cache_dir=cache_dir, progress=progress)
+    if source == "synthetic-categorical":
+        from rankitect.data.synthetic_categorical import DEFAULT_ROWS as CATEGORICAL_ROWS
+        from rankitect.data.synthetic_categorical import ensure_categorical_data
+
+        return ensure_categorical_data(rows=CATEGORICAL_ROWS if rows is None else rows, seed=seed or 0,
+                                       cache_dir=cache_dir, progress=progress)
     path = Path(source).expanduser()
     if path.is_dir():
         if not is_data_dir(path):
             raise DataError("a directory, but not a rankitect data directory (no meta.json)", path=str(path))
         return ClickData.open(path)
     if not path.exists():
-        raise DataError("no such file or directory (expected 'synthetic', a Criteo .tsv, a .csv/.parquet "
+        raise DataError(f"no such file or directory (expected one of {list(GENERATED)}, a Criteo .tsv, a .csv/.parquet "
                         "or a data directory)", path=str(path))
     suffix = path.suffix.lower()
     if suffix in _CRITEO_SUFFIXES:

@@ -32,9 +32,9 @@ many as the baselines took to their best validation, :func:`auto_epochs`), and i
 probable architecture has held for ``stable_steps`` architecture steps. It starts around the best
 trained baseline the space holds (``start_logit`` more per choice), as the sampling strategies start
 from the baselines. The most probable architecture (and the next ``top_k - 1``) is then retrained
-from scratch and scored on the test split; with a time budget the retraining goes on, around the
-best architecture retrained so far, the changes the architecture weights prefer first
-(:class:`DnasSearch`), until ``search.trials`` are trained or the budget is spent. The entropy of
+from scratch and scored on the test split; then the retraining goes on, around the best
+architecture retrained so far, the changes the architecture weights prefer first
+(:class:`DnasSearch`), until ``search.trials`` are trained (or a time budget is spent). The entropy of
 every choice, the expected MFLOPs and the temperature are logged to a ``supernet`` child run in
 batches.
 """
@@ -365,7 +365,7 @@ class DnasSearch(Guided, PlanProposer):
     """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
     most probable architectures proposed to be retrained from scratch.
 
-    With a time budget (``fill``: ``search.trials``) the retraining goes on once those are done, and
+    Where ``fill`` (``search.trials``) is more than ``top_k`` the retraining goes on once those are done, and
     learns from what it retrains: each further ask is the next untried one-choice change of the best
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
@@ -456,7 +456,7 @@ class DnasSearch(Guided, PlanProposer):
         for arch in archs:
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         if self.fill > len(archs):
-            context.echo(f"dnas: then, until {self.fill} are trained or the budget is spent, one-choice changes "
+            context.echo(f"dnas: then, until {self.fill} are trained (or a time budget is spent), one-choice changes "
                          "of the best architecture trained so far, the most probable first")
         return archs
 

@@ -21,8 +21,9 @@ from rankitect.search.objective import Objective
 
 
 def objective_from_config(cfg: SearchConfig) -> Objective:
-    """The objective of ``cfg``; ``target_mflops: auto`` has no target until :func:`~rankitect.search.selection.auto_target`."""
-    target = None if cfg.target_mflops == "auto" else cfg.target_mflops
+    """The objective of ``cfg``; ``target_mflops: auto`` (or ``cheapest``) has no target until
+    :func:`~rankitect.search.selection.auto_target`."""
+    target = None if isinstance(cfg.target_mflops, str) else cfg.target_mflops
     return Objective(target_mflops=target, penalty=cfg.penalty, weight=cfg.penalty_weight)
 
 
@@ -58,7 +59,7 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
         options["rocs"] = cfg.rocs
     if "surrogate" in accepted:
         options["surrogate"] = cfg.surrogate
-    if "fill" in accepted and cfg.time_budget is not None:  # retrain what the supernet chose until time is up
+    if "fill" in accepted:  # a supernet's choice first, then more until search.trials are trained (or time is up)
         options["fill"] = cfg.trials
     if cfg.storage is not None and "shared" in accepted:
         from rankitect.search.shared import SharedStudy

@@ -15,8 +15,10 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
    (:func:`seed_population`): the first tournaments mutate what engineers build, as in the
    sampling strategies, and the random initial population is that much smaller. They count
    towards the ``population + children`` scored paths.
-3. **Retraining** of the ``top_k`` best scored children from scratch (``run_trial``): they are the
-   search's candidates, with test metrics, next to the baselines in the Pareto table.
+3. **Retraining** of the best scored children from scratch (``run_trial``), ``top_k`` or
+   ``search.trials`` of them where that is more, best first (where evolution scored fewer distinct
+   children, mutations of the best trained architecture follow): they are the search's candidates,
+   with test metrics, next to the baselines in the Pareto table.
 
 The supernet's training curve is a ``supernet`` child run; every scored child a child run tagged
 ``rankitect.kind=scored`` holding its inherited validation NE.
@@ -241,7 +243,8 @@ def best_scored(scored: list[tuple[Architecture, TrialResult]], objective: Objec
 @register_strategy("oneshot")
 class OneShotSearch(PlanProposer):
     """``rankitect search --strategy oneshot``: supernet training and evolution on inherited weights
-    (:meth:`search`), then the ``top_k`` best children proposed to be retrained from scratch.
+    (:meth:`search`), then the best children proposed to be retrained from scratch: ``top_k``, or
+    ``search.trials`` where that is more (``fill``), best first.
 
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
     ``search.oneshot`` settings.
@@ -253,6 +256,46 @@ class OneShotSearch(PlanProposer):
     def __init__(self, space: Any, *, seed: int, objective: Objective | None = None,
                  config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
         super().__init__(space, seed=seed, objective=objective, config=config, rocs=rocs, fill=fill)
+        self._climbing = False  # the last ask was a mutation (see prunable)
+
+    @property
+    def prunable(self) -> bool:  # type: ignore[override]
+        """Whether the architecture last asked may be stopped early: a mutation, not a chosen child."""
+        return self._climbing
+
+    def start(self, context: SearchContext) -> None:
+        super().start(context)
+        self._done |= context.finished  # a resumed search proposes no finished candidate again
+
+    def ask(self) -> Architecture:
+        """The next planned child; once every one was asked (evolution on inherited weights scored
+        fewer distinct children than ``fill``), a new mutation of the best architecture trained so
+        far by objective (baselines included), so that ``search.trials`` candidates are trained."""
+        try:
+            arch = super().ask()
+        except SpaceExhausted:
+            if not self.fill:
+                raise
+            arch = self._mutation()
+            self._climbing = True
+        else:
+            self._climbing = False
+        return arch
+
+    def _mutation(self, tries: int = 50) -> Architecture:
+        seen = self._done | self._pending | self.trained
+        for origin in self.ranked():
+            for _ in range(tries):
+                arch = self.space.mutate(origin, self.rng)
+                if arch.hash not in seen:
+                    self._pending.add(arch.hash)
+                    self._echo(f"oneshot: retraining {arch.hash} from scratch (a mutation of {origin.hash})")
+                    return arch
+        raise SpaceExhausted("oneshot: no untried mutation of a trained architecture was found")
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        super().tell(arch, result)
+        self.score(arch, result)
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: evolution on inherited weights starts with it in

@@ -30,8 +30,8 @@ class PlanProposer(Strategy):
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         config: the strategy's section (``search.oneshot``, ``search.dnas``); None: its defaults.
         rocs: the space is ROCS-masked (refused: no supernet holds ROCS-masked blocks yet).
-        fill: with a time budget, plan this many architectures (``search.trials``) where that is
-            more than ``config.top_k`` (see :attr:`plan_size`); 0: ``top_k``.
+        fill: plan this many architectures (``search.trials``) where that is more than
+            ``config.top_k`` (see :attr:`plan_size`); 0: ``top_k``.
     """
 
     config_class: ClassVar[type | None] = None  # the section's dataclass, with a top_k
@@ -60,9 +60,10 @@ class PlanProposer(Strategy):
 
     @property
     def plan_size(self) -> int:
-        """Architectures to plan: the section's ``top_k``, or ``fill`` where that is more (a search
-        with a time budget plans ``search.trials`` of them, best first, and retrains them in that
-        order until the budget is spent: the wall clock a sampling strategy spends on candidates)."""
+        """Architectures to train: the section's ``top_k``, or ``fill`` where that is more (a search
+        trains ``search.trials`` candidates, as a sampling strategy does: oneshot plans that many, best
+        first; dnas retrains its ``top_k`` and climbs from there, :class:`~rankitect.search.dnas.DnasSearch`).
+        A time budget may end the retraining before."""
         return max(self.config.top_k, self.fill)
 
     def budget(self, trials: int) -> int:

@@ -17,9 +17,12 @@ baselines alone, would have kept the best of them at every rung. A rung earlier 
 have stopped the best hand-designed model itself; on data where models improve for many epochs and
 the best one starts slowly (an attention stack after one epoch can rank last), it stops the
 candidates that resemble it before they show what they are. Where the baselines' early ranks hold,
-the first rung stays at one validation. It is not the default: where the baselines start slowly it
-puts the first rung many validations in, and a search under a time budget then trains far fewer
-candidates (docs/benchmarks.md has the numbers).
+the first rung stays at one validation. It is the default: the best baseline is where the search
+starts (the climbs of ``dnas`` and ``oneshot``, the mutations of ``evolution``), and its changes
+learn as it does, so a first rung that would have stopped it stops what the search builds on. The
+price is fewer candidates in a fixed wall clock where the baselines' early ranks do not hold. With
+fewer than two finished baselines there is nothing to rank, and the first rung stays at one
+validation.
 
 ``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
 2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
@@ -221,17 +224,19 @@ class Rungs:
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
                           self.rule)
 
-    def calibrate(self) -> tuple[int, str] | None:
+    def calibrate(self) -> tuple[int, str | None] | None:
         """With ``min_validations="auto"``: place the first rung by :func:`first_rung` over the curves of
         the finished never-stopped trials (the baselines), for the best of them (lowest validation NE).
-        Returns ``(first rung, that baseline's name)``, or ``None`` (nothing changed: a fixed first rung,
-        or no finished baseline, which leaves it at 1)."""
+        Returns ``(first rung, that baseline's name)``; ``(1, None)`` where fewer than two baselines
+        finished (one curve ranks against nothing: the first rung stays at one validation); ``None``
+        with a fixed first rung."""
         if not self.auto:
             return None
         done = [t for t in self.study.get_trials(deepcopy=False, states=(_optuna.import_optuna().trial.TrialState.COMPLETE,))
                 if t.user_attrs.get(BASELINE_ATTR) and t.intermediate_values and t.value is not None]
-        if not done:
-            return None
+        if len(done) < 2:
+            self.min_validations = 1
+            return self.min_validations, None
         curves = {str(t.number): dict(t.intermediate_values) for t in done}
         best = min(done, key=lambda t: t.value)
         self.min_validations = first_rung(curves, str(best.number), self.reduction)

@@ -35,7 +35,7 @@ from rankitect.search.identity import config_identity, refuse_difference, search
 from rankitect.search.kept import KeptWeights
 from rankitect.search.objective import at_most
 from rankitect.search.plan import PlanProposer
-from rankitect.search.selection import Choice, Entrant, ValLosses, auto_target, choose_winner
+from rankitect.search.selection import TARGET_RULES, Choice, Entrant, ValLosses, auto_target, choose_winner
 from rankitect.search.progress import LineProgress
 from rankitect.search.pruning import Rungs, RungTicket
 from rankitect.search.shared import SharedStudy
@@ -341,7 +341,7 @@ class SearchRunner:
         return f"{self.budget.spent() / 60:.1f} of {self.budget.seconds / 60:.1f} min"
 
     def _start_from_baselines(self) -> None:
-        """Resolve ``target_mflops: auto`` to a baseline's FLOPs (see
+        """Resolve ``target_mflops: auto`` (or ``cheapest``) to a baseline's FLOPs (see
         :func:`~rankitect.search.selection.auto_target`) and ``pruning_min_validations: auto`` from
         the baselines' curves (:meth:`~rankitect.search.pruning.Rungs.calibrate`), then tell the strategy every trained
         baseline its space holds, so the search starts from them (both idempotent on resume)."""
@@ -357,18 +357,21 @@ class SearchRunner:
             self.echo(f"{self.cfg.search.strategy} starts from the baselines {', '.join(taken)}")
 
     def _resolve(self, bases: list[tuple[str, Architecture, TrialResult]]) -> None:
-        """Resolve the ``auto`` target and first rung from ``bases``; with shared storage the owner
-        publishes them (:meth:`~rankitect.search.shared.SharedStudy.publish_view`) for every other
-        process, so that all of them rank and prune by one rule."""
-        if self.cfg.search.target_mflops == "auto":
+        """Resolve the ``auto`` (or ``cheapest``) target and first rung from ``bases``; with shared
+        storage the owner publishes them (:meth:`~rankitect.search.shared.SharedStudy.publish_view`)
+        for every other process, so that all of them rank and prune by one rule."""
+        rule = self.cfg.search.target_mflops
+        if rule in TARGET_RULES:
             found = auto_target([self._entrant("baseline", name, r) for name, _, r in bases],
-                                self.cfg.search.min_gain_se, self.objective)
-            self.objective = self.objective.with_target(found[0].result.mflops if found else None)
-            self.echo(_target_line(*found, self.cfg.search.min_gain_se) if found
-                      else "target_mflops auto: no baseline finished; ranking by NE alone")
+                                self.cfg.search.min_gain_se, self.objective, rule=str(rule))
+            self.objective = self.objective.with_target(found.mflops if found else None)
+            self.echo(found.line(self.cfg.search.min_gain_se) if found
+                      else f"target_mflops {rule}: no baseline finished; ranking by NE alone")
             self.strategy.objective = self.objective
         placed = self.rungs.calibrate() if self.rungs is not None else None
-        if placed is not None:
+        if placed is not None and placed[1] is None:
+            self.echo("pruning_min_validations auto: fewer than 2 baselines finished; first rung at 1 validation")
+        elif placed is not None:
             self.echo(f"pruning_min_validations auto: first rung at {placed[0]} validation{'s' * (placed[0] > 1)} "
                       f"(the earliest at which successive halving over the baselines keeps the best, {placed[1]})")
         if self.shared is not None and self.owner:
@@ -377,12 +380,13 @@ class SearchRunner:
 
     def _take_view(self, view: dict[str, Any], *, echo: bool) -> None:
         """Rank and prune by what the search's owner resolved from the baselines."""
-        if self.cfg.search.target_mflops == "auto":
+        rule = self.cfg.search.target_mflops
+        if rule in TARGET_RULES:
             self.objective = self.objective.with_target(view["target_mflops"])
             self.strategy.objective = self.objective
             if echo:
                 target = view["target_mflops"]
-                self.echo("target_mflops auto: " + ("no baseline finished; ranking by NE alone" if target is None else
+                self.echo(f"target_mflops {rule}: " + ("no baseline finished; ranking by NE alone" if target is None else
                           f"{target:.4f} MFLOPs (from the baselines {', '.join(view['baselines'])})"))
         if self.rungs is not None and self.rungs.auto and view["min_validations"] is not None:
             self.rungs.min_validations = view["min_validations"]
@@ -713,15 +717,6 @@ def _winner(table: pd.DataFrame, cands: list[tuple[Architecture, TrialResult]],
         return bases.get(row["name"])
     by_hash = {arch_hash(a): a for a, _ in cands}
     return by_hash.get(row["hash"])
-
-
-def _target_line(target: Entrant, best: Entrant, min_gain_se: float) -> str:
-    line = f"target_mflops auto: {target.result.mflops:.4f} MFLOPs ({target.name}"
-    if target is best:
-        return line + ", the best baseline by val/ne and its FLOPs)"
-    errors = "standard error" if min_gain_se == 1 else "standard errors"
-    return (line + f", the cheapest baseline within {min_gain_se:g} {errors} of the best by val/ne and its "
-            f"FLOPs, {best.name} at {best.result.mflops:.4f} MFLOPs)")
 
 
 def _isatty(stream: Any) -> bool:

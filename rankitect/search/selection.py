@@ -21,13 +21,16 @@ smaller than the two NEs' own errors, since most of a row's loss is the row's, n
 The objective's FLOPs factors ``k = 1 + w * doublings`` (see :mod:`rankitect.search.objective`)
 weigh each side: the difference of objectives is ``mean(k_b b - k_a a) / H``.
 
-The same rule sets ``search.target_mflops: auto``: the target is the FLOPs of the cheapest baseline
-whose objective is within ``min_gain_se`` standard errors of the best baseline's, so a search
-is not aimed at ten times the cost of a model that is as good within the noise. The baselines are
-weighed as candidates are, each paying the objective's penalty for its doublings of FLOPs beyond
-the cheapest baseline: at the default weight a baseline ten times the cost of another is the better
-one only if its NE is more than 3.3% lower, the trade the search makes for what it finds. The
-best baseline by NE alone would aim the search at a cost its own objective does not think worth it.
+``search.target_mflops: auto`` (the default) is the FLOPs of the best baseline by validation NE:
+the model a team would ship, so the search looks for a lower NE at no more than its cost (the
+``relaxed`` penalty charges only FLOPs above it; below it nothing rewards being cheaper). The same
+noise rule names the cheapest baseline within ``min_gain_se`` standard errors of it. A cheaper aim
+is asked for by name: a number, or ``cheapest``: the FLOPs of the cheapest baseline whose objective
+is within ``min_gain_se`` standard errors of the best baseline's, the baselines weighed as candidates
+are, each paying the objective's penalty for its doublings of FLOPs beyond the cheapest baseline (at
+the default weight a baseline ten times the cost of another is the better one only if its NE is
+more than 3.3% lower). That rule aims at the cheapest baseline wherever NE gaps are small, and the
+search then spends its turns on cheaper models instead of better ones.
 
 >>> rng = np.random.default_rng(0)
 >>> b = rng.exponential(0.5, 10_000)                 # the incumbent's per-example losses
@@ -225,29 +228,76 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
     return Choice(winner=inc, incumbent=inc, runner_up=held, top=top)
 
 
+TARGET_RULES = ("auto", "cheapest")  # the values of search.target_mflops that a baseline resolves
+
+
+@dataclass(frozen=True)
+class Target:
+    """A FLOPs target read off the baselines (``search.target_mflops: auto`` or ``cheapest``).
+
+    ``target`` is the baseline whose FLOPs are the target, ``best`` the best baseline by the rule's
+    measure, and ``cheapest`` the cheapest baseline within ``min_gain_se`` paired standard errors of
+    ``best`` (``best`` itself where none is): under ``auto`` the output names it, under ``cheapest``
+    it is the target.
+    """
+
+    rule: str
+    target: Entrant
+    best: Entrant
+    cheapest: Entrant
+
+    @property
+    def mflops(self) -> float:
+        return float(self.target.result.mflops)
+
+    def line(self, min_gain_se: float) -> str:
+        """One plain sentence for the search's output."""
+        errors = f"{min_gain_se:g} standard error{'s' * (min_gain_se != 1)}"
+        head = f"target_mflops {self.rule}: {self.mflops:.4f} MFLOPs ({self.target.name}"
+        if self.rule == "auto":
+            line = head + ", the best baseline by val/ne)"
+            if self.cheapest is not self.best:
+                c = self.cheapest
+                line += (f"; the cheapest baseline within {errors} of it: {c.name} at {c.result.mflops:.4f} MFLOPs "
+                         "(search.target_mflops=cheapest aims there)")
+            return line
+        if self.target is self.best:
+            return head + ", the best baseline by val/ne and its FLOPs)"
+        return (head + f", the cheapest baseline within {errors} of the best by val/ne and its FLOPs, "
+                f"{self.best.name} at {self.best.result.mflops:.4f} MFLOPs)")
+
+
 def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_GAIN_SE,
-                objective: Objective | None = None) -> tuple[Entrant, Entrant] | None:
-    """``target_mflops: auto``: ``(target, best)``, where ``best`` is the ok baseline with the lowest
-    objective when the target is the cheapest baseline's FLOPs (its validation NE with
-    ``objective``'s penalty for every doubling of FLOPs beyond the cheapest baseline; NE alone
-    without ``objective``; the first on ties) and ``target`` the cheapest ok baseline whose
-    objective is within ``min_gain_se`` paired standard errors of it (``best`` itself when none is,
-    or when losses are missing); None when no baseline finished.
+                objective: Objective | None = None, rule: str = "auto") -> Target | None:
+    """The FLOPs target a rule reads off the baselines; None when no baseline finished.
+
+    * ``auto`` (the default): the FLOPs of the ok baseline with the lowest validation NE (the model
+      a team would ship; the first on ties). The search then looks for a lower NE at no more than
+      its cost; ``cheapest`` is only named.
+    * ``cheapest``: ``best`` is the ok baseline with the lowest objective when the target is the
+      cheapest baseline's FLOPs (its validation NE with ``objective``'s penalty for every doubling
+      of FLOPs beyond the cheapest baseline; NE alone without ``objective``), and the target the
+      cheapest ok baseline whose objective is within ``min_gain_se`` paired standard errors of it.
 
     >>> r = lambda ne, mf: TrialResult(val_ne=ne, mflops=mf)
     >>> bases = [Entrant("dlrm", "baseline", r(0.81, 0.3)), Entrant("dcnv2", "baseline", r(0.80, 0.9))]
-    >>> [e.name for e in auto_target(bases)]  # no losses: the best by NE alone
-    ['dcnv2', 'dcnv2']
-    >>> [e.name for e in auto_target(bases, objective=Objective(weight=0.01))]  # 1.6 doublings for 1.2%
-    ['dlrm', 'dlrm']
+    >>> auto_target(bases, objective=Objective(weight=0.01)).target.name  # the best by NE
+    'dcnv2'
+    >>> auto_target(bases, objective=Objective(weight=0.01), rule="cheapest").target.name  # 1.6 doublings for 1.2%
+    'dlrm'
     """
+    if rule not in TARGET_RULES:
+        raise ValueError(f"rule must be one of {TARGET_RULES}, got {rule!r}")
     ok = [e for e in baselines if e.result.ok and math.isfinite(e.result.val_ne) and e.result.mflops > 0]
     if not ok:
         return None
-    judge = Objective() if objective is None else objective.with_target(min(e.result.mflops for e in ok))
+    judge = Objective()  # NE alone
+    if rule == "cheapest" and objective is not None:
+        judge = objective.with_target(min(e.result.mflops for e in ok))
     best = min(ok, key=lambda e: judge(e.result))
     tied = [e for e in ok if e is best or -_z(*_gain(judge, best, e)) <= min_gain_se]
-    return min(tied, key=lambda e: (e.result.mflops, judge(e.result))), best
+    cheapest = min(tied, key=lambda e: (e.result.mflops, judge(e.result)))
+    return Target(rule, cheapest if rule == "cheapest" else best, best, cheapest)
 
 
 class ValLosses:

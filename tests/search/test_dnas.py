@@ -237,7 +237,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr("rankitect.search.sizing.get_space", lambda name, **kw: get_space(
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", f"data.source={learnable_source()}",
-                 "train.max_epochs=1", "search.space=nasrec", "search.flops_range=null",
+                 "search.trials=1", "train.max_epochs=1", "search.space=nasrec", "search.flops_range=null",
                  "train.batch_size=64", "train.val_batches=2", "train.test_batches=2",
                  "train.progress=false", "search.dnas.supernet_steps=12", "search.dnas.warmup_steps=4",
                  "search.dnas.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])

@@ -250,6 +250,7 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                  "search.oneshot.sample_size=2", "search.oneshot.children=2", "search.oneshot.finetune_batches=1",
                  "search.oneshot.finetune_steps=2",
                  "search.oneshot.score_batches=2", "search.oneshot.top_k=2", "search.oneshot.log_every=4",
+                 "search.trials=2",
                  "search.baselines=[dlrm]", "runtime.threads=1"])
     assert code == 0
     out = capsys.readouterr().out

@@ -90,7 +90,7 @@ def test_a_resumed_plan_runs_no_phase_and_skips_what_was_recorded() -> None:
 
 
 @pytest.mark.parametrize("name", ["oneshot", "dnas"])
-def test_a_time_budget_plans_search_trials_and_none_plans_top_k(name: str) -> None:
+def test_with_or_without_a_time_budget_a_supernet_strategy_trains_search_trials(name: str) -> None:
     from rankitect.config import SearchConfig
     from rankitect.search.factory import strategy_from_config
 
@@ -98,7 +98,7 @@ def test_a_time_budget_plans_search_trials_and_none_plans_top_k(name: str) -> No
     timed = strategy_from_config(SearchConfig(strategy=name, time_budget="5m", trials=7), space)
     untimed = strategy_from_config(SearchConfig(strategy=name, trials=7), space)
     assert timed.budget(7) == timed.plan_size == 7  # retrained best first until the budget is spent
-    assert untimed.budget(7) == untimed.config.top_k
+    assert untimed.budget(7) == untimed.plan_size == 7  # like every other strategy
     few = strategy_from_config(SearchConfig(strategy=name, time_budget="5m", trials=1), space)
     assert few.budget(1) == few.config.top_k  # never fewer than top_k
 

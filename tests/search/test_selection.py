@@ -165,19 +165,28 @@ def test_without_losses_or_baselines_the_plain_rule_decides():
     assert choose_winner([failed], Objective()) is None
 
 
-def test_auto_target_is_the_cheapest_baseline_within_the_noise_of_the_best():
+def _named(target) -> list[str]:
+    return [target.target.name, target.best.name, target.cheapest.name]
+
+
+def test_cheapest_target_is_the_cheapest_baseline_within_the_noise_of_the_best():
     inc, tied = _pair(0.5, seed=6)  # "best" is better than "cheap" by half an error only
     _, far = _pair(5.0, seed=6)
     best = _entrant("best", "baseline", tied, mflops=4.0)
     cheap = _entrant("cheap", "baseline", inc, mflops=0.5)
-    assert [e.name for e in auto_target([cheap, best], 1.0)] == ["cheap", "best"]
-    assert [e.name for e in auto_target([cheap, best], 0.0)] == ["best", "best"]
+    assert _named(auto_target([cheap, best], 1.0, rule="cheapest")) == ["cheap", "best", "cheap"]
+    assert _named(auto_target([cheap, best], 0.0, rule="cheapest")) == ["best", "best", "best"]
     clear = _entrant("clear", "baseline", far, mflops=4.0)  # better by five errors: cheap is not tied
-    assert [e.name for e in auto_target([cheap, clear], 1.0)] == ["clear", "clear"]
+    assert _named(auto_target([cheap, clear], 1.0, rule="cheapest")) == ["clear", "clear", "clear"]
+    # auto aims at the best whatever the noise, and names the cheapest within it
+    found = auto_target([cheap, best], 1.0)
+    assert _named(found) == ["best", "best", "cheap"]
+    assert "the cheapest baseline within 1 standard error of it: cheap at 0.5000 MFLOPs" in found.line(1.0)
+    assert _named(auto_target([cheap, clear], 1.0)) == ["clear", "clear", "clear"]
 
 
 @pytest.mark.parametrize("gain, costly_is_target", [(0.02, False), (0.05, True)])
-def test_auto_target_weighs_a_baselines_flops_as_the_objective_does(gain, costly_is_target):
+def test_cheapest_target_weighs_a_baselines_flops_as_the_objective_does(gain, costly_is_target):
     """A baseline eight times the cost of another (three doublings: 3% of NE at weight 0.01) is the
     better one only if its NE is lower by more than that; by NE alone it is better at any gain."""
     base = np.random.default_rng(8).exponential(0.5, 4_000)
@@ -186,9 +195,10 @@ def test_auto_target_weighs_a_baselines_flops_as_the_objective_does(gain, costly
     objective = Objective(weight=0.01)
     by_hand = min((cheap, costly), key=lambda e: e.result.val_ne * (1 + 0.01 * math.log2(e.result.mflops / 0.5)))
     assert (by_hand is costly) == costly_is_target
-    assert [e.name for e in auto_target([cheap, costly], 1.0, objective)] == [by_hand.name] * 2
-    assert [e.name for e in auto_target([cheap, costly], 1.0)] == ["costly", "costly"]  # NE alone
-    assert [e.name for e in auto_target([cheap, costly], 1.0, Objective(weight=0.0))] == ["costly", "costly"]
+    assert _named(auto_target([cheap, costly], 1.0, objective, rule="cheapest"))[:2] == [by_hand.name] * 2
+    assert _named(auto_target([cheap, costly], 1.0, rule="cheapest"))[:2] == ["costly", "costly"]  # NE alone
+    assert _named(auto_target([cheap, costly], 1.0, Objective(weight=0.0), rule="cheapest"))[:2] == ["costly"] * 2
+    assert _named(auto_target([cheap, costly], 1.0, objective))[:2] == ["costly", "costly"]  # auto: NE alone
 
 
 def test_val_losses_round_trip_and_refuse_paths(tmp_path):
