@@ -248,7 +248,8 @@ def test_a_search_keeps_its_baseline_when_no_candidate_clears_the_noise(tmp_path
     bases = ok[ok["kind"] == "baseline"]
     assert strict.loc[strict["winner"], "name"].item() == bases.loc[bases["objective"].idxmin(), "name"]
     assert plain.loc[plain["winner"], "objective"].item() == plain.loc[plain["status"] == "ok", "objective"].min()
-    assert any(line.startswith("winner ") for line in runs[1e6][1])
+    closing = runs[1e6][0].choice.lines(1e6)  # what the command prints last
+    assert closing[0].startswith(f"winner {strict.loc[strict['winner'], 'name'].item()} (baseline;")
     runner = runs[1e6][2]
     val_rows = len(runner.data.split("val"))
     for name in ok["name"]:  # every ok trial's losses kept, one per validation row
