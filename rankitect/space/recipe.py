@@ -113,4 +113,33 @@ class Recipe:
         return cls(**dict(d))
 
 
-__all__ = ["DIM_GENES", "GROUP_NAMES", "VOCAB_GROUPS", "Recipe", "vocab_group"]
+
+
+
+def recipe_params(arch: Any) -> dict[str, Any]:
+    """An architecture's recipe, dropout and norm genes as flat run params (MLflow), with today's
+    values spelled out: the table width of each vocabulary group, the L2 weight, the learning rate
+    multipliers, and the distinct dropouts and norms of the blocks that have them and of the head.
+
+    >>> from rankitect.space.architecture import Architecture, BlockGene, HeadGene
+    >>> arch = Architecture((BlockGene("mlp", ("dense",), {"width": 4, "dropout": 0.1}),), HeadGene(widths=(4,)),
+    ...                     8, recipe=Recipe(dim_small=4))
+    >>> p = recipe_params(arch)
+    >>> p["recipe.dim_small"], p["recipe.dim_large"], p["recipe.block_dropout"], p["recipe.block_norm"]
+    (4, 8, '0.1', 'layernorm')
+    """
+    recipe, dim = arch.recipe, arch.embedding_dim
+    dropouts = sorted({g.params["dropout"] for g in arch.blocks if "dropout" in g.params})
+    norms = sorted({g.params["norm"] for g in arch.blocks if "norm" in g.params})
+    out: dict[str, Any] = {f"recipe.dim_{g}": recipe.group_dim(g, dim) for g in GROUP_NAMES}
+    out.update({
+        "recipe.embedding_l2": recipe.embedding_l2,
+        "recipe.lr_dense": recipe.lr_dense,
+        "recipe.lr_sparse": recipe.lr_sparse,
+        "recipe.block_dropout": ",".join(str(d) for d in dropouts) or "none",
+        "recipe.block_norm": ",".join(norms) or "none",
+        "recipe.head_dropout": arch.head.dropout,
+        "recipe.head_norm": arch.head.norm,
+    })
+    return out
+__all__ = ["DIM_GENES", "GROUP_NAMES", "VOCAB_GROUPS", "Recipe", "recipe_params", "vocab_group"]
