@@ -17,14 +17,14 @@ import hashlib
 import inspect
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Union
 
 import rankitect.blocks  # noqa: F401  (importing the package registers every block)
 from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
 from rankitect.blocks.common import NORMS, check_dropout, check_share
-from rankitect.space.recipe import Recipe
+from rankitect.space.recipe import DIM_GENES, Recipe
 
 RAW_INPUTS = ("dense", "sparse")
 InputRef = Union[int, str]
@@ -300,6 +300,9 @@ class Architecture:
         _check_int("embedding_dim", self.embedding_dim, 1)
         if not isinstance(self.recipe, Recipe):
             raise ValueError(f"recipe: must be a Recipe, got {self.recipe!r}")
+        at_d = {g: None for g in DIM_GENES if getattr(self.recipe, g) == self.embedding_dim}
+        if at_d:  # a table as wide as D is today's default: one genotype (and hash) per model
+            object.__setattr__(self, "recipe", replace(self.recipe, **at_d))
         if not isinstance(self.rocs, bool):
             raise ValueError(f"rocs: must be a bool, got {self.rocs!r}")
         self._check_share()
