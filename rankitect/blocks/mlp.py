@@ -106,12 +106,16 @@ class MLP(Block):
 
 
 def slice_layers(prefix: str, widest: nn.Sequential, layers: nn.Sequential, in_pos: InPos, take: Take) -> Params:
-    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units."""
+    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units.
+
+    The norms share one affine map per unit whatever their kind: a layer norm, a batch norm or
+    none takes the weights its own kind has from the widest layer's norm (a layer norm).
+    """
     out: Params = {}
     cols = in_pos
     for i in range(0, len(layers), 3):
         width = layers[i].out_features
         out.update(slice_linear(f"{prefix}{i}.", widest[i], width, cols, take))
-        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take))
+        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take, like=layers[i + 1]))
         cols = width
     return out
