@@ -203,8 +203,9 @@ class Tracker:
                                      start_time=int(start * 1000))
         run_id = run.info.run_id
         metrics = {k: float(getattr(result, a)) for k, a in METRICS.items() if getattr(result, a) is not None}
-        every = {"genotype_hash": h, **_recipe_params(arch),
-                 **{k: _cut(str(v), MAX_PARAM_CHARS) for k, v in (params or {}).items()}}
+        # The recipe genes as the model has them (a width choice of None is D) over the space's labels.
+        every = {"genotype_hash": h, **{k: _cut(str(v), MAX_PARAM_CHARS) for k, v in (params or {}).items()},
+                 **_recipe_params(arch)}
         self._log_history(run_id, history or [], start, end)
         last = max((int(p["step"]) for p in history or []), default=0)
         self._log(run_id, params=every, metrics=metrics, step=last)

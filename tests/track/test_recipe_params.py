@@ -18,7 +18,8 @@ def test_recipe_genes_are_run_params(tmp_path) -> None:
                         recipe=Recipe(dim_large=4, embedding_l2=0.01, lr_dense=0.5))
     result = TrialResult(val_ne=0.7, test_ne=0.71, test_auc=0.7, test_logloss=0.4, mflops=1.0, params=10,
                          train_seconds=1.0)
-    run_id = tracker.log_trial(None, arch, result)
+    # a search logs its space's labels too; a width label of None (D) is logged as the width the model has
+    run_id = tracker.log_trial(None, arch, result, params={"recipe.dim_small": None, "b0.width": 4})
     params = MlflowClient(uri).get_run(run_id).data.params
     assert {k: v for k, v in params.items() if k.startswith("recipe.")} == {
         "recipe.dim_small": "8", "recipe.dim_medium": "8", "recipe.dim_large": "4",
@@ -26,3 +27,4 @@ def test_recipe_genes_are_run_params(tmp_path) -> None:
         "recipe.block_dropout": "0.2", "recipe.block_norm": "batchnorm",
         "recipe.head_dropout": "0.1", "recipe.head_norm": "none",
     }
+    assert params["b0.width"] == "4"
