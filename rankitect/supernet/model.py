@@ -19,7 +19,9 @@ normalization are a path's choices like any other: its blocks and head run with 
 (in training only) and norms, each norm's affine map cut from the widest norm's. Batch norms in the
 supernet normalize with the batch's statistics in training and evaluation alike (a running mean
 shared by every path would fit none), so a cut model's batch norms start from fresh running
-statistics. Learning rates and embedding L2 do not enter the supernet: it trains at the configured
+statistics. In training, a path's dropout draws come from the supernet's own seeded sequence (one
+seed per forward), not from the global random state: a seeded search draws the same masks
+whatever ran before it. Learning rates and embedding L2 do not enter the supernet: it trains at the configured
 rates without L2 whatever a path says (in DNAS their labels get no gradient and keep the start's
 values); they are searched when candidates are trained on their own.
 
@@ -29,11 +31,9 @@ values); they are searched when candidates are trained on their own.
 >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
 >>> supernet = Supernet(space, tiny_spec())
 >>> _ = [torch.nn.init.normal_(p) for p in supernet.head.parameters()]  # the output layers start at 0
->>> path = space.sample(np.random.default_rng(0))
+>>> path = {**space.sample(np.random.default_rng(0)), "recipe.norm": "layernorm"}  # see batch norms below
 >>> batch = tiny_batch(tiny_spec(), 3)
->>> model = supernet.extract(path)  # in training mode, as the supernet: the same dropout draws
->>> logits = [(torch.manual_seed(0), net(*args))[1] for net, args in ((supernet, (batch, path)), (model, (batch,)))]
->>> torch.allclose(*logits, atol=1e-6)
+>>> torch.allclose(supernet.eval()(batch, path), supernet.extract(path).eval()(batch), atol=1e-6)
 True
 >>> supernet.path_flops(path) == supernet.extract(path).flops()
 True
@@ -220,6 +220,10 @@ class Supernet(nn.Module):
         self._templates: OrderedDict[Any, nn.Module] = OrderedDict()
         self._flops: OrderedDict[Any, int] = OrderedDict()
         self._decoded: OrderedDict[Any, Architecture] = OrderedDict()
+        # Dropout draws in training: seed ``draw_seed + forwards`` (drawn from the random state the
+        # supernet is built under, so a seeded build draws the same masks).
+        self.draw_seed = int(torch.randint(2**62, (), device="cpu"))
+        self.forwards = 0
 
     # --- planning a path ------------------------------------------------------------------------
 
@@ -377,6 +381,16 @@ class Supernet(nn.Module):
         :func:`~rankitect.supernet.slicing.pick`, differentiable into the supernet's weights).
         """
         plan = self.plan(path)
+        if not self.training:
+            return self._logits(plan, batch, path, gates, take)
+        devices = [batch.dense.device] if batch.dense.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # the caller's random state is kept
+            torch.manual_seed(self.draw_seed + self.forwards)
+            self.forwards += 1
+            return self._logits(plan, batch, path, gates, take)
+
+    def _logits(self, plan: PathPlan, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None,
+                take: Take) -> torch.Tensor:
         features = self.features(batch, path, gates, take)
         logits = functional_call(plan.head, self.head_params(path, take), (features,))
         return scale(logits, plan.head_gates, gates)

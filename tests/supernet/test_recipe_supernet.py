@@ -27,13 +27,10 @@ def spaces() -> list:
     return [get_space("nasrec", **SMALL_NASREC, head_widths=(8,)), get_space("engineer", **SMALL_ENGINEER)]
 
 
-def same_logits(supernet: Supernet, path: dict, batch, *, seed: int = 0) -> float:
-    """Largest gap between the path and its cut model, both in the supernet's mode, same dropout draws."""
+def same_logits(supernet: Supernet, path: dict, batch) -> float:
+    """Largest gap between the path and its cut model, both in the supernet's mode."""
     model = supernet.extract(path).train(supernet.training)
-    torch.manual_seed(seed)
-    got = supernet(batch, path)
-    torch.manual_seed(seed)
-    return (got - model(batch)).abs().max().item()
+    return (supernet(batch, path) - model(batch)).abs().max().item()
 
 
 @pytest.mark.parametrize("space", spaces(), ids=lambda s: s.name)
@@ -46,8 +43,11 @@ def test_each_recipe_gene_cuts_exactly(space, gene: str) -> None:
     defaults = {PREFIX + g: space.choices[PREFIX + g].options[0] for g in space.recipe_genes}
     for _ in range(8):
         path = {**space.sample(rng), **defaults, PREFIX + gene: OFF_DEFAULT[gene]}
-        assert same_logits(supernet.train(), path, batch) <= 1e-5, space.decode(path).to_json()
-        if gene != "norm":  # batch norm: batch statistics in the supernet, running ones in a cut model at eval
+        # Training mode, where batch norms use batch statistics in both (dropout draws differ: none here) ...
+        if gene != "dropout":
+            assert same_logits(supernet.train(), path, batch) <= 1e-5, space.decode(path).to_json()
+        # ... and evaluation, where dropout is off (batch norms: batch statistics in the supernet only).
+        if gene != "norm":
             assert same_logits(supernet.eval(), path, batch) <= 1e-5, space.decode(path).to_json()
 
 
@@ -75,6 +75,26 @@ def test_path_flops_with_recipe_genes_are_the_analytic_cost(space) -> None:
     for _ in range(20):
         path = space.sample(rng)
         assert supernet.path_flops(path) == cost(space.decode(path), spec).flops
+
+
+def test_dropout_draws_are_the_supernets_own_and_leave_the_global_state() -> None:
+    spec = mixed_spec()
+    space = get_space("nasrec", **SMALL_NASREC, head_widths=(8,))
+    path = {**space.sample(np.random.default_rng(2)), PREFIX + "dropout": 0.3}
+    batch = tiny_batch(spec, 8)
+
+    def run() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        supernet = perturbed(Supernet(space, spec), 0)
+        state = torch.get_rng_state()
+        out = [supernet(batch, path).detach() for _ in range(2)]
+        assert torch.equal(torch.get_rng_state(), state)  # the caller's random state is kept
+        return out
+
+    first = run()
+    assert not torch.equal(*first)  # a new draw per forward
+    torch.manual_seed(123)  # whatever the global state, a supernet built the same way draws the same masks
+    assert all(torch.equal(a, b) for a, b in zip(first, run()))
 
 
 def test_a_supernet_step_trains_the_cut_projection_and_norms_only() -> None:
