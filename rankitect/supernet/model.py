@@ -223,6 +223,12 @@ class Supernet(nn.Module):
         # Dropout draws in training: seed ``draw_seed + forwards`` (drawn from the random state the
         # supernet is built under, so a seeded build draws the same masks).
         self.draw_seed = int(torch.randint(2**62, (), device="cpu"))
+        # Recipe labels that change the forward (widths, dropout, norms) decide the whole network:
+        # their gates scale the logits, as the head's labels' do.
+        # (A width label of a vocabulary group without fields changes nothing: it gets no gate.)
+        deciding = ("dropout", "norm", "head_norm", *(f"dim_{g}" for g in dict.fromkeys(self.field_groups)))
+        self.recipe_gates = tuple(label for label in space.choices if label[len(PREFIX):] in deciding
+                                  and label.startswith(PREFIX))
         self.forwards = 0
 
     # --- planning a path ------------------------------------------------------------------------
@@ -393,7 +399,7 @@ class Supernet(nn.Module):
                 take: Take) -> torch.Tensor:
         features = self.features(batch, path, gates, take)
         logits = functional_call(plan.head, self.head_params(path, take), (features,))
-        return scale(logits, plan.head_gates, gates)
+        return scale(logits, plan.head_gates + self.recipe_gates, gates)
 
     # --- what a path costs and what it is ---------------------------------------------------------
 

@@ -112,3 +112,19 @@ def test_a_supernet_step_trains_the_cut_projection_and_norms_only() -> None:
     assert np.isfinite(loss)
     assert not torch.equal(after[:, :2], before[:, :2]) and torch.equal(after[:, 2:], before[:, 2:])
     assert not torch.equal(supernet.head.norms[0].weight.detach(), head_norm)
+
+
+def test_recipe_labels_that_change_the_forward_have_gates_with_gradient() -> None:
+    spec = mixed_spec()
+    space = get_space("engineer", **SMALL_ENGINEER)
+    supernet = perturbed(Supernet(space, spec), 2).eval()
+    path = {**space.sample(np.random.default_rng(8)), PREFIX + "dim_small": 2}
+    gates = {label: torch.ones((), requires_grad=True) for label in space.choices}
+    batch = tiny_batch(spec, 8)
+    logits = supernet(batch, path, gates)
+    torch.testing.assert_close(logits, supernet(batch, path))
+    logits.square().sum().backward()
+    for gene in ("dim_small", "dim_medium", "dim_large", "dropout", "norm", "head_norm"):
+        assert gates[PREFIX + gene].grad is not None and gates[PREFIX + gene].grad != 0, gene
+    for gene in ("embedding_l2", "lr_dense", "lr_sparse"):  # no part of the supernet's forward
+        assert gates[PREFIX + gene].grad is None, gene
