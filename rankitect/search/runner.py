@@ -208,10 +208,14 @@ class SearchRunner:
 
         if self.state.done or not self.cfg.search.baselines:
             return None
-        archs = {n: get_baseline(n, self.data.spec) for n in self.cfg.search.baselines}
         left = self.trial_budget() - len([t for t in self.state.trials if t.result["status"] != "pruned"])
-        return estimate_search(archs, self.data, self.train_cfg, trials_left=left, workers=self.cfg.search.workers,
-                               budget_left=self.budget.left())
+        try:
+            archs = {n: get_baseline(n, self.data.spec) for n in self.cfg.search.baselines}
+            return estimate_search(archs, self.data, self.train_cfg, trials_left=left,
+                                   workers=self.cfg.search.workers, budget_left=self.budget.left())
+        except Exception as e:  # noqa: BLE001 - an estimate never stops a search; its trials report their faults
+            log.debug("no estimate: %s: %s", type(e).__name__, e)
+            return None
 
     def trial_budget(self) -> int:
         """Trials this search runs in all (baselines and candidates): the progress bar's total."""

@@ -155,6 +155,7 @@ def _run_trial(
 
 # --- where trials run: in this process, or in a local process pool ------------------------------
 
+ABORT_GRACE_S = 5.0  # seconds a terminated worker has to exit before it is killed
 _WORKER_DATA: dict[str, Any] = {}  # one opened data set per worker process (set by the initializer)
 
 
@@ -266,13 +267,21 @@ class TrialPool:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
     def abort(self) -> None:
-        """Stop now: queued trials are cancelled and running ones end with their workers."""
-        workers = list((self.executor._processes or {}).values())  # no public handle on them
+        """Stop now: queued trials are cancelled and running ones end with their workers.
+
+        A signal may cut the pool's own bookkeeping (a worker started but not yet listed), and a
+        SIGTERM sent while a worker is still being spawned can be lost: every child process is
+        terminated, and killed if it is still there a few seconds later.
+        """
+        workers = set((self.executor._processes or {}).values()) | set(mp.active_children())  # no public handle
         self.executor.shutdown(wait=False, cancel_futures=True)
         for p in workers:
             p.terminate()
         for p in workers:
-            p.join()
+            p.join(ABORT_GRACE_S)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def trial_output(future: Future) -> TrialOutput:
