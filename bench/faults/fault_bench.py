@@ -4,6 +4,7 @@ shared storage, and bad inputs; prints what was lost (it must be nothing).
     python -m bench.faults.fault_bench                          # 5 kills, SQLite and PostgreSQL
     python -m bench.faults.fault_bench --kills 10 --processes 4 --storages sqlite
     python -m bench.faults.fault_bench --only-left-behind       # only the cases of 4.
+    python -m bench.faults.fault_bench --only-baseline-kills    # only the cases of 5.
 
 1. ``--kills`` times, a tiny ``evolution`` search (``--trials`` candidates, one baseline) is killed
    with SIGKILL at a random moment (seeded), then resumed; a last resume runs it to its end. Lost:
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only-left-behind", action="store_true",
                     help="only the refusals and the kill of a pool (4.): what each left behind")
+    ap.add_argument("--only-baseline-kills", action="store_true",
+                    help="only the kills during the k-th baseline and SIGTERM under a time budget (5.)")
     args = parse_args(ap, {"kills": 1, "trials": 2, "processes": 2, "storages": "sqlite"}, argv)
     with tempfile.TemporaryDirectory(prefix="fault-bench-") as tmp:
         work = Path(tmp)
@@ -157,6 +160,12 @@ def main(argv: list[str] | None = None) -> None:
                "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlruns/mlflow.db", "PYTHONPATH": str(ROOT)}
         if args.only_left_behind:
             print_left_behind(env, work)
+            return
+        if args.only_baseline_kills:
+            from rankitect.data import open_data
+
+            open_data("synthetic", rows=3000, seed=0, cache_dir=work / "data")
+            print_baseline_kills(env, work)
             return
         from rankitect.data import open_data
 
