@@ -33,9 +33,10 @@ Memory is bounded by ``chunk_rows`` (plus the teacher, ~30 MB), not by ``rows``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -226,32 +227,49 @@ def generate_synthetic(
 
     Splits are by request (hash of the request id, ``fractions`` train/val/test).
     """
-    if not isinstance(rows, int) or rows < 1:
-        raise ValueError(f"rows must be a positive int, got {rows!r}")
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
-    fractions = check_fractions(fractions)
+    fractions = check_generation(rows, chunk_rows, fractions)
     teacher = Teacher(seed)
     params = {"rows": rows, "seed": seed, "fractions": list(fractions), "generator_version": GENERATOR_VERSION}
     meta = {"source": "synthetic", "name": "synthetic", "params": params, "cache_key": _cache_key(params),
             "teacher": {"target_ctr": TARGET_CTR, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
                         "pairs": teacher.pairs, "triples": [list(map(int, t)) for t in teacher.triples]}}
+    return write_teacher_rows(out_dir, teacher, meta, lambda c: teacher.probs(c.dense, c.ids), rows=rows, seed=seed,
+                              fractions=fractions, chunk_rows=chunk_rows, progress=progress, stream=1)
+
+
+def check_generation(rows: Any, chunk_rows: int, fractions: Sequence[float]) -> tuple[float, ...]:
+    """A generator's arguments checked: ``rows`` and ``chunk_rows`` positive ints; the fractions."""
+    if not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"rows must be a positive int, got {rows!r}")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+    return check_fractions(fractions)
+
+
+def write_teacher_rows(
+    out_dir: str | Path, teacher: Any, meta: dict, probs: Callable[[_Rows], np.ndarray], *, rows: int, seed: int,
+    fractions: Sequence[float], chunk_rows: int, progress: bool, stream: int,
+) -> ClickData:
+    """Draw ``rows`` rows from ``teacher`` (its ``draw_block(rng, sizes, first_request)``), label
+    each with a coin of probability ``probs(chunk)``, route whole requests to their split and write
+    the store, true probabilities included; ``stream`` keeps generators' random draws apart."""
+    name = meta["name"]
     with StoreWriter(out_dir, teacher.spec(), _split_rows(rows, seed, fractions), with_probs=True) as w, \
-            tqdm(total=rows, unit="row", disable=not progress, desc="synthetic") as bar:
-        for chunk in _chunks(teacher, rows, seed, chunk_rows):
-            probs = teacher.probs(chunk.dense, chunk.ids)
-            labels = (chunk.label_u < probs).astype(np.float32)
+            tqdm(total=rows, unit="row", disable=not progress, desc=name) as bar:
+        for chunk in _chunks(teacher, rows, seed, chunk_rows, stream):
+            p = probs(chunk)
+            labels = (chunk.label_u < p).astype(np.float32)
             codes = request_splits(chunk.request_ids, fractions, seed)
-            w.write_routed(codes, chunk.dense, chunk.ids, labels, chunk.request_ids, probs.astype(np.float32))
+            w.write_routed(codes, chunk.dense, chunk.ids, labels, chunk.request_ids, p.astype(np.float32))
             bar.update(len(labels))
         return w.close(meta)
 
 
-def _chunks(teacher: Teacher, rows: int, seed: int, chunk_rows: int) -> Iterator[_Rows]:
+def _chunks(teacher: Any, rows: int, seed: int, chunk_rows: int, stream: int) -> Iterator[_Rows]:
     """Blocks of requests concatenated until a chunk holds at least ``chunk_rows`` rows."""
     parts: list[_Rows] = []
     for block, first, full, sizes in request_blocks(rows, seed):
-        rows_of_block = teacher.draw_block(np.random.default_rng([seed, 1, block]), full, first)
+        rows_of_block = teacher.draw_block(np.random.default_rng([seed, stream, block]), full, first)
         n = int(sizes.sum())
         parts.append(_Rows(*(getattr(rows_of_block, k)[:n] for k in ("dense", "ids", "request_ids", "label_u"))))
         if sum(len(p.label_u) for p in parts) >= chunk_rows:

@@ -35,17 +35,16 @@ default synthetic set (``[seed, 3, block]``) and features are drawn per block of
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
-from rankitect.data.hashing import DEFAULT_FRACTIONS, check_fractions, request_splits
+from rankitect.data.hashing import DEFAULT_FRACTIONS, check_fractions
 from rankitect.data.spec import FeatureSpec, SparseFeature
-from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root
+from rankitect.data.store import ClickData, cached, data_cache_root
 from rankitect.data.synthetic import (
-    _calibration_sizes, _concat, _Rows, _solve_bias, _split_rows, request_blocks,
+    _calibration_sizes, _Rows, _solve_bias, check_generation, write_teacher_rows,
 )
 
 SOURCE = "synthetic-categorical"
@@ -186,39 +185,14 @@ def generate_categorical(
 
     Splits are by request (hash of the request id, ``fractions`` train/val/test).
     """
-    if not isinstance(rows, int) or rows < 1:
-        raise ValueError(f"rows must be a positive int, got {rows!r}")
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
-    fractions = check_fractions(fractions)
+    fractions = check_generation(rows, chunk_rows, fractions)
     teacher = CategoricalTeacher(seed)
     params = _params(rows, seed, fractions)
     meta = {"source": SOURCE, "name": SOURCE, "params": params, "cache_key": _cache_key(params),
             "teacher": {"target_ctr": TARGET_CTR, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
                         "attribute_pairs": [list(p) for p in ATTRIBUTE_PAIRS], "crosses": [list(c) for c in CROSSES]}}
-    with StoreWriter(out_dir, teacher.spec(), _split_rows(rows, seed, fractions), with_probs=True) as w, \
-            tqdm(total=rows, unit="row", disable=not progress, desc=SOURCE) as bar:
-        for chunk in _chunks(teacher, rows, seed, chunk_rows):
-            probs = teacher.probs(chunk.ids)
-            labels = (chunk.label_u < probs).astype(np.float32)
-            codes = request_splits(chunk.request_ids, fractions, seed)
-            w.write_routed(codes, chunk.dense, chunk.ids, labels, chunk.request_ids, probs.astype(np.float32))
-            bar.update(len(labels))
-        return w.close(meta)
-
-
-def _chunks(teacher: CategoricalTeacher, rows: int, seed: int, chunk_rows: int) -> Iterator[_Rows]:
-    """Blocks of requests concatenated until a chunk holds at least ``chunk_rows`` rows."""
-    parts: list[_Rows] = []
-    for block, first, full, sizes in request_blocks(rows, seed):
-        drawn = teacher.draw_block(np.random.default_rng([seed, 11, block]), full, first)
-        n = int(sizes.sum())
-        parts.append(_Rows(*(getattr(drawn, k)[:n] for k in ("dense", "ids", "request_ids", "label_u"))))
-        if sum(len(p.label_u) for p in parts) >= chunk_rows:
-            yield _concat(parts)
-            parts = []
-    if parts:
-        yield _concat(parts)
+    return write_teacher_rows(out_dir, teacher, meta, lambda c: teacher.probs(c.ids), rows=rows, seed=seed,
+                              fractions=fractions, chunk_rows=chunk_rows, progress=progress, stream=11)
 
 
 def _params(rows: int, seed: int, fractions: Sequence[float]) -> dict:
