@@ -8,7 +8,6 @@ from torch import nn
 from rankitect.blocks.base import FLAT, Block, register_block
 from rankitect.blocks.common import (
     MaskedLinear,
-    check_dropout,
     check_norm,
     check_positive,
     check_request,
@@ -22,7 +21,7 @@ from rankitect.blocks.split import Split, sequential
 
 @register_block("mlp")
 class MLP(Block):
-    """Fully connected layers, each ``Linear -> norm -> activation -> dropout`` (NASRec "FC" op).
+    """Fully connected layers, each ``Linear -> norm -> activation`` (NASRec "FC" op).
 
     Paper: NASRec, Zhang et al., WWW'23, arXiv 2207.07187 (the dense "FC" block).
 
@@ -37,8 +36,7 @@ class MLP(Block):
         width: units per layer (the output width).
         num_layers: number of layers.
         activation: ``"relu"``, ``"gelu"``, ``"silu"`` or ``"none"``.
-        norm: ``"layernorm"``, ``"batchnorm"`` or ``"none"``.
-        dropout: probability of zeroing each unit after each layer's activation (training only).
+        norm: ``"layernorm"`` or ``"none"``.
         request_in: request-side input units (``None`` = unmasked).
         rocs_share: fraction of each masked layer's units that are request side (``None``:
             proportional to its input share).
@@ -53,7 +51,6 @@ class MLP(Block):
     in_kind = FLAT
     out_kind = FLAT
     num_inputs = 1
-    late_params = ("dropout",)
 
     def __init__(
         self,
@@ -63,7 +60,6 @@ class MLP(Block):
         num_layers: int = 1,
         activation: str = "relu",
         norm: str = "layernorm",
-        dropout: float = 0.0,
         request_in: int | None = None,
         rocs_share: float | None = None,
     ) -> None:
@@ -72,9 +68,6 @@ class MLP(Block):
         check_positive("width", width)
         check_positive("num_layers", num_layers)
         check_norm(norm)
-        # One module applied after every activation, outside ``layers``: the state-dict names of
-        # an MLP without dropout stay what they were.
-        self.dropout = nn.Dropout(check_dropout(dropout))
         check_request(request_in, in_features)
         layers: list[nn.Module] = []
         size, request = in_features, request_in
@@ -89,11 +82,7 @@ class MLP(Block):
         self.request_out = request or 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.dropout.p == 0.0:
-            return self.layers(x)  # (B, W) -> (B, width)
-        for i in range(0, len(self.layers), 3):  # Linear, norm, activation; then dropout
-            x = self.dropout(self.layers[i + 2](self.layers[i + 1](self.layers[i](x))))
-        return x
+        return self.layers(x)  # (B, W) -> (B, width)
 
     def flops(self) -> int:
         return sum(m.flops() for m in self.layers if isinstance(m, MaskedLinear))
@@ -106,16 +95,12 @@ class MLP(Block):
 
 
 def slice_layers(prefix: str, widest: nn.Sequential, layers: nn.Sequential, in_pos: InPos, take: Take) -> Params:
-    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units.
-
-    The norms share one affine map per unit whatever their kind: a layer norm, a batch norm or
-    none takes the weights its own kind has from the widest layer's norm (a layer norm).
-    """
+    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units."""
     out: Params = {}
     cols = in_pos
     for i in range(0, len(layers), 3):
         width = layers[i].out_features
         out.update(slice_linear(f"{prefix}{i}.", widest[i], width, cols, take))
-        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take, like=layers[i + 1]))
+        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take))
         cols = width
     return out
