@@ -97,9 +97,10 @@ def test_a_process_with_other_data_is_refused_by_a_shared_search(
 ) -> None:
     shared = [f"search.storage=sqlite:///{tmp_path}/study.db", "search.study_name=s"]
     owner = SearchRunner(load_config(overrides=[*SYNTHETIC, *shared]), echo=lambda s: None)  # the search's run
-    line = _refused(["search", *SYNTHETIC, *shared, "data.rows=3100"], capsys)
+    line = _refused(["search", "data.rows=3100", *TINY, *shared], capsys)
     assert "data.rows is 3100 in this process but 3000 in the search" in line, line
-    line = _refused(["search", *SYNTHETIC, *shared, "search.strategy=random"], capsys)
+    line = _refused(["search", "data.rows=3000", *[o for o in TINY if not o.startswith("search.strategy=")], *shared,
+                     "search.strategy=random"], capsys)
     assert "search.strategy is 'random' in this process but 'evolution'" in line, line
     assert [r.info.run_id for r in _search_runs()] == [owner.state.parent_run_id]  # the refused opened none
     # other rows behind the same settings: refused by what was read
