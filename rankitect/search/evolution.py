@@ -32,11 +32,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
-from rankitect.search.history import Record, make_history, observe
+from rankitect.search.history import Record, make_history
 from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy
-from rankitect.search.random_search import draw_new
-from rankitect.search.surrogate import Guide, Guided
+from rankitect.search.random_search import GuidedHistory, draw_new
+from rankitect.search.surrogate import Guide
 
 if TYPE_CHECKING:
     from rankitect.config import SurrogateConfig
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 
 @register_strategy("evolution")
-class RegularizedEvolution(Guided, Strategy):
+class RegularizedEvolution(GuidedHistory, Strategy):
     """Aging evolution with tournament selection and duplicate rejection by genotype hash.
 
     Args:
@@ -130,15 +130,3 @@ class RegularizedEvolution(Guided, Strategy):
         if sample is None or arch_hash(self.space.decode(sample)) != h:
             raise ValueError(f"space.mutate gave architecture {h}, which space.encode cannot represent")
         return sample
-
-    def observe(self, arch: Architecture, result: TrialResult) -> bool:
-        self.learn(arch, result)
-        return observe(self.space, self.history, arch, self.objective(result))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "history": self.history.state_dict(), **self.guide_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.history.load_state_dict(state["history"])
-        self.load_guide_state(state)

@@ -49,8 +49,28 @@ def draw_new(space: Space, rng: Any, seen: set[str], max_retries: int, k: int) -
     return found
 
 
+class GuidedHistory(Guided):
+    """What ``random`` and ``evolution`` share: a history of flat samples (``self.history`` over
+    ``self.space``) beside an optional guide, both kept in the strategy's state."""
+
+    space: Space
+    history: Any
+
+    def observe(self, arch: Architecture, result: TrialResult) -> bool:
+        self.learn(arch, result)
+        return observe(self.space, self.history, arch, self.objective(result))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "history": self.history.state_dict(), **self.guide_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.history.load_state_dict(state["history"])
+        self.load_guide_state(state)
+
+
 @register_strategy("random")
-class RandomSearch(Guided, Strategy):
+class RandomSearch(GuidedHistory, Strategy):
     """Uniform sampling with duplicates rejected by genotype hash.
 
     Args:
@@ -90,15 +110,3 @@ class RandomSearch(Guided, Strategy):
             raise ValueError(f"told architecture {h} that was not asked (or was told already)")
         self.history.finish(h, self.objective(result), pruned=result.pruned)
         self.learn(arch, result)
-
-    def observe(self, arch: Architecture, result: TrialResult) -> bool:
-        self.learn(arch, result)
-        return observe(self.space, self.history, arch, self.objective(result))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "history": self.history.state_dict(), **self.guide_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.history.load_state_dict(state["history"])
-        self.load_guide_state(state)
