@@ -89,7 +89,8 @@ def test_search_hints_name_a_store_that_is_not_the_default(tmp_path: Path, monke
     hint = captured.out.split("MLflow search run: ")[1]
     assert hint.count(f"track.uri={uri}") == 3  # runs, export and ui
     assert "best genotype: " in captured.out and '"blocks"' not in captured.out  # a path, not the JSON
-    assert "search 1/1" in captured.err and "done 1" in captured.err  # the search-level bar
+    # the search-level status: off a terminal, plain lines beside the trial lines, no carriage return
+    assert "search 1/1: done 1" in captured.out and "\r" not in captured.out + captured.err
     assert "Warning" not in captured.err and "INFO" not in captured.err  # third-party chatter is off
 
     # the winner is a logged MLflow model that scores raw feature columns like the trained network
