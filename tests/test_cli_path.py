@@ -148,11 +148,8 @@ child.wait()
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_ui_server_group_is_stopped_on_sigterm_and_sigint(tmp_path: Path, sig: int) -> None:
-    pids = tmp_path / "pids"
-    runner = ("import sys; from rankitect.track.store import serve_ui; "
-              f"sys.exit(serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
+def _start_group(runner: str, pids: Path) -> tuple[subprocess.Popen, int, int]:
+    """Start ``runner`` (a ``serve_ui`` call) and wait until its group wrote both pids to ``pids``."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, "-c", runner], env=env)
     deadline = time.monotonic() + 120
@@ -160,6 +157,15 @@ def test_ui_server_group_is_stopped_on_sigterm_and_sigint(tmp_path: Path, sig: i
         assert proc.poll() is None and time.monotonic() < deadline, "the server group did not start"
         time.sleep(0.05)
     server, worker = map(int, pids.read_text().split())
+    return proc, server, worker
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ui_server_group_is_stopped_on_sigterm_and_sigint(tmp_path: Path, sig: int) -> None:
+    pids = tmp_path / "pids"
+    runner = ("import sys; from rankitect.track.store import serve_ui; "
+              f"sys.exit(serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
+    proc, server, worker = _start_group(runner, pids)
     os.kill(proc.pid, sig)  # the command alone, as a service manager or Ctrl-C in a terminal would
     assert proc.wait(timeout=60) == 0
     assert not _running(server) and not _running(worker)
@@ -189,13 +195,7 @@ def test_ui_server_group_ends_when_the_command_is_killed_with_sigkill(tmp_path: 
     pids = tmp_path / "pids"
     runner = ("import sys; from rankitect.track import store; store.STOP_GRACE_S = 1.0; "
               f"sys.exit(store.serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen([sys.executable, "-c", runner], env=env)
-    deadline = time.monotonic() + 120
-    while not (pids.is_file() and len(pids.read_text().split()) == 2):  # the group is up
-        assert proc.poll() is None and time.monotonic() < deadline, "the server group did not start"
-        time.sleep(0.05)
-    server, worker = map(int, pids.read_text().split())
+    proc, server, worker = _start_group(runner, pids)
     group = os.getpgid(server)
     assert group != os.getpgid(proc.pid) and os.getpgid(worker) == group  # a process group of its own
     proc.kill()

@@ -20,6 +20,8 @@ from rankitect.train.protocol import Schedule
 
 from tests.learnable import learnable_source
 
+from .test_runner import _children, _client
+
 BASELINES = ["dlrm", "deepfm", "dcnv2"]
 TINY = [
     f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.warmup_steps=0",
@@ -28,16 +30,6 @@ TINY = [
 ]
 
 
-def _client():
-    from mlflow import MlflowClient
-
-    return MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-
-
-def _children(parent: str) -> list:
-    c = _client()
-    exp = [e.experiment_id for e in c.search_experiments()]
-    return list(c.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'", max_results=1000))
 
 
 def _wait_for_line(proc: subprocess.Popen, done, what: str) -> list[str]:
