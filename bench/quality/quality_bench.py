@@ -1,273 +1,292 @@
-"""Search quality on real and synthetic data: every strategy against the six baselines, 3 seeds each.
+"""Search quality at equal wall clock: every strategy against the best baseline, three data sets, 3 seeds.
 
-    python -m bench.quality.quality_bench                 # hours on 2 cores
-    python -m bench.quality.quality_bench --reduced       # minutes: 1 seed, short runs
-    # the runs of docs/benchmarks.md, e.g.:
-    python -m bench.quality.quality_bench --data adult --strategies dnas --budget 15 --jobs 3 \
-        --set "search.baselines=[dlrm,dcnv2,deepfm,autoint,dhen]" --out adult15
+    python -m bench.quality.quality_bench --out quality            # hours on 2 cores; resumable
+    python -m bench.quality.quality_bench --out quality --data adult --seeds 0 --ranking-archs 0
+    python -m bench.quality.quality_bench --out quality --summarize     # the tables and plots again
+    python -m bench.quality.quality_bench --quick --out /tmp/quality    # a smoke run (about a minute)
 
-For each data set (``../shared/data/adult.csv`` with its schema, real; the synthetic default) and
-each strategy (``evolution``, ``tpe``, ``oneshot``, ``dnas``) and seed, one default ``rankitect
-search`` runs in a process of its own (the six baselines are trained by every search: they are the
-same models with the same seed, so their spread across seeds is training noise). Where the config
-has ``search.time_budget`` (the training protocol's wall-clock budget) every search gets the same
-one (``--budget`` minutes) and no cap on candidates, so the budget ends every search; otherwise the
-sampling strategies get ``--trials`` candidates.
+For each data set (``adult``: ``../shared/data/adult.csv`` with its schema; ``synthetic``: the
+default source; ``synthetic-categorical``: the all-categorical log; or any ``data.source``) and
+seed, the default ``rankitect search --strategy dnas`` runs first, with no option but the data and
+the seed (``--seed S train.seed=S``: the baselines' training noise varies with it too); the seconds
+its search took by its own clock (``state.json``'s ``elapsed``, the clock ``search.time_budget``
+counts; the process's wall seconds, imports and the winner's logging included, are reported beside
+it) become ``--time-budget`` of every other strategy (``--strategies``), with ``--trials`` large
+(``--budget-trials``) so that the clock, not a count, ends them. Each search is a process of the
+real CLI (``python -m rankitect search``) with a scratch MLflow store and search folder of its own
+under ``--out/runs/``, read back from what it writes (``pareto.csv``, ``state.json``), so the bench
+measures what a user gets. ``--set KEY=VALUE`` adds an override to every search (and to the
+supernet ranking), e.g. ``runtime.threads=1`` or ``search.time_budget=5m`` to cap ``dnas`` too.
 
-Prints one table per data set: mean and spread (standard deviation over seeds) of test NE, AUC,
-MFLOPs and search minutes for each baseline and for the model each strategy returned (its winner,
-which may be a baseline), the winner the same rule picks among the models at no more than the
-search's own FLOPs target (``<strategy> (at target)``: what a search under a hard cost cap at its
-``auto`` target, the best baseline's FLOPs, would return; chosen on validation, read off the same
-Pareto table), then the goals of the issue: the best strategy's test NE against the best
-baseline's by mean test NE (relative, at no more than its FLOPs), each strategy against each seed's
-best baseline on validation (the one its ``auto`` target aimed at, as an engineer picks what to ship
-without the test set) and DNAS against the best strategy. Writes a
-Pareto plot of every point (``quality_<data>.png``) beside the working directory.
+Then, per data set and seed, the supernet ranking of :mod:`bench.quality.supernet_ranking`
+(Kendall tau between supernet-scored and stand-alone validation NE over ``--ranking-archs``
+architectures around the best baseline; 0 skips it).
+
+Prints per data set and seed the best baseline and each strategy's returned model against it
+(see :mod:`bench.quality.quality_report`), then mean and spread over the seeds, ``dnas`` against
+the best other strategy, and the ranking table; writes ``results.json`` (every search's Pareto
+table, the rows and summaries) and ``quality_<data>.png`` (test NE against MFLOPs) under ``--out``.
+Resumable: a (data, seed, strategy) or ranking already in ``results.json`` is not run again, and
+bench processes with different ``--data`` or ``--seeds`` may share one ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import math
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from bench.common import ROOT, parse_args
+from bench.quality import quality_report as report
+from bench.quality import supernet_ranking
 
-from bench.common import ROOT, SHARED_DATA, parse_args
-
-DATA = {
-    "adult": [f"data.source={SHARED_DATA / 'adult.csv'}", f"data.schema={SHARED_DATA / 'adult.yaml'}"],
-    "synthetic": ["data.source=synthetic"],
-}
-STRATEGIES = ("evolution", "tpe", "oneshot", "dnas")
-
-
-def child(overrides: list[str], out: str) -> None:
-    """One search with ``overrides``; its Pareto table and wall time written to ``out`` (JSON)."""
-    import torch
-
-    from rankitect.config import load_config
-    from rankitect.search.runner import SearchRunner
-
-    torch.set_num_threads(1)
-    cfg = load_config(overrides=overrides)
-    start = time.perf_counter()
-    runner = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True))
-    outcome = runner.run()
-    target = runner.objective.target_mflops
-    within = runner.winner_within(target) if target else None  # the winner under a hard cap at the target
-    Path(out).write_text(json.dumps({"table": outcome.table.to_dict(orient="records"),
-                                     "minutes": (time.perf_counter() - start) / 60, "target_mflops": target,
-                                     "within": None if within is None else [within.winner.kind, within.winner.name]}))
+DATA = ("adult", "synthetic", "synthetic-categorical")
+STRATEGIES = ("dnas", "random", "evolution", "tpe", "oneshot")
+CLI_FLAGS = {"search.strategy": "--strategy", "search.seed": "--seed", "search.time_budget": "--time-budget",
+             "search.trials": "--trials"}  # the rest go as key=value overrides
+QUICK_SET = ["data.rows=3000", "search.baselines=[dlrm]", "search.trials=1", "train.steps=5", "train.val_every=5",
+             "train.warmup_steps=0",
+             "search.dnas.supernet_steps=10", "search.dnas.warmup_steps=2", "search.oneshot.supernet_steps=10",
+             "search.oneshot.warmup_steps=2", "search.oneshot.children=2", "search.oneshot.population=2",
+             "search.oneshot.sample_size=2"]
 
 
-def has_time_budget() -> bool:
-    from rankitect.config import SearchConfig
-
-    return "time_budget" in SearchConfig.__dataclass_fields__
-
-
-def data_overrides(data: str, args: argparse.Namespace) -> list[str]:
-    rows = 20_000 if args.reduced else args.rows
-    return [*DATA[data], *([f"data.rows={rows}"] if data == "synthetic" and rows else [])]
+def label(data: str) -> str:
+    """A data set's name in keys and folder names (a file source: its file name)."""
+    return Path(data).name
 
 
-def prepare(overrides: list[str], cache: Path) -> None:
-    """Read (or generate) a data set into the cache the searches share."""
-    from rankitect.config import load_config
-    from rankitect.data import open_data
-
-    cfg = load_config(overrides=[*overrides, f"data.cache_dir={cache}"])
-    open_data(cfg.data.source, cfg.data, progress=False)
+def overrides(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict (a later one wins), so no key reaches the CLI twice."""
+    return dict(item.split("=", 1) for item in items)
 
 
-def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any] | None:
-    overrides = [*data_overrides(data, args), f"data.cache_dir={tmp / 'data'}", f"search.strategy={strategy}",
-                 f"search.seed={seed}", f"train.seed={seed}", "train.progress=false", "runtime.threads=1",
-                 f"search.trials={args.trials}"]
-    overrides += args.set
-    if has_time_budget():
-        overrides.append(f"search.time_budget={args.budget * 60}")
-    if args.reduced:
-        overrides += ["train.steps=100", "train.val_every=50", "search.oneshot.supernet_steps=150",
-                      "search.oneshot.warmup_steps=50", "search.oneshot.children=8", "search.oneshot.population=8",
-                      "search.oneshot.top_k=1", "search.dnas.supernet_steps=100", "search.dnas.warmup_steps=20"]
-    out = Path(args.out) / "runs" / f"{data}-{strategy}-{seed}.json"  # kept: --summarize rebuilds from them
-    out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns-{data}-{strategy}-{seed}/mlflow.db",
-           "PYTHONUNBUFFERED": "1"}
-    code = f"from bench.quality.quality_bench import child; child({overrides!r}, {str(out)!r})"
-    print(f"{data} / {strategy} / seed {seed}: started", flush=True)
-    logs = Path(args.out) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    with open(logs / f"{data}-{strategy}-{seed}.log", "w") as log:
-        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    print(f"{data} / {strategy} / seed {seed}: {'done' if done.returncode == 0 else 'FAILED (see its log)'}", flush=True)
-    return json.loads(out.read_text()) if done.returncode == 0 else None
+def command(opts: dict[str, str], *tail: str) -> list[str]:
+    """The ``rankitect search`` command line of ``opts``: flags where the CLI has one, else overrides."""
+    line = [sys.executable, "-m", "rankitect", "search"]
+    for key, value in opts.items():
+        line += [CLI_FLAGS[key], value] if key in CLI_FLAGS else [f"{key}={value}"]
+    return [*line, *tail]
 
 
-def rows_of(data: str, strategy: str, seed: int, run: dict[str, Any]) -> list[dict[str, Any]]:
-    table = pd.DataFrame(run["table"])
-    rows = [{"data": data, "model": r["name"], "seed": seed, "test_ne": r["test_ne"], "test_auc": r["test_auc"],
-             "mflops": r["mflops"], "minutes": None, "kind": "baseline"}
-            for _, r in table[(table["kind"] == "baseline") & (table["status"] == "ok")].iterrows()]
-    win = table[table["winner"]]
-    if len(win):
-        w = win.iloc[0]
-        rows.append({"data": data, "model": strategy, "seed": seed, "test_ne": w["test_ne"], "test_auc": w["test_auc"],
-                     "mflops": w["mflops"], "minutes": run["minutes"], "kind": f"found ({w['kind']})",
-                     **aimed_at(table, run.get("target_mflops"))})
-    if run.get("within"):  # the same rule among the models at no more than the search's target FLOPs
-        kind, name = run["within"]
-        w = table[(table["kind"] == kind) & (table["name"] == name)].iloc[0]
-        rows.append({"data": data, "model": f"{strategy} (at target)", "seed": seed, "test_ne": w["test_ne"],
-                     "test_auc": w["test_auc"], "mflops": w["mflops"], "minutes": run["minutes"],
-                     "kind": f"at target ({kind})", "target_mflops": run["target_mflops"]})
-    cands = table[(table["kind"] == "candidate") & (table["status"] == "ok")]
-    if len(cands):  # the strategy's own best model, also where a baseline won the search
-        c = cands.loc[cands["objective"].idxmin()]
-        rows.append({"data": data, "model": f"{strategy} (cand)", "seed": seed, "test_ne": c["test_ne"],
-                     "test_auc": c["test_auc"], "mflops": c["mflops"], "minutes": run["minutes"], "kind": "candidate",
-                     "candidates": int((table["kind"] == "candidate").sum())})
-    return rows
+class Results:
+    """``results.json`` under ``--out``: what has finished, re-read and merged under a lock on every
+    write, so bench processes sharing the folder keep each other's results."""
+
+    def __init__(self, out: Path) -> None:
+        self.path, self.lock_path = out / "results.json", out / "results.json.lock"
+        self.data = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        empty: dict[str, Any] = {"runs": {}, "ranking": {}, "failed": {}}
+        return {**empty, **json.loads(self.path.read_text())} if self.path.exists() else empty
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def put(self, part: str, key: str, value: dict[str, Any] | None) -> None:
+        """Record ``value`` under ``part``/``key`` (``None``: remove it) and rewrite the file."""
+        with self._locked():
+            self.data = self._read()
+            if value is None:
+                self.data[part].pop(key, None)
+            else:
+                self.data[part][key] = value
+            self.write()
+
+    def write(self) -> None:
+        rows = report.seed_rows(self.data["runs"])
+        self.data["rows"] = rows
+        self.data["summary"] = {d: report.aggregate(rows, d) for d in sorted({r["data"] for r in rows})}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=_json_default, allow_nan=False))
+        tmp.replace(self.path)
 
 
-def aimed_at(table: pd.DataFrame, target: float | None) -> dict[str, Any]:
-    """The baseline whose FLOPs the search's ``auto`` target took (the best on validation by the
-    objective, or the cheapest within ``search.min_gain_se`` standard errors of it; of the baselines
-    at those FLOPs, the best by validation NE): its name, test NE and FLOPs."""
-    from rankitect.search.objective import at_most
-
-    if target is None:
-        return {}
-    bases = table[(table["kind"] == "baseline") & (table["status"] == "ok")]
-    bases = bases[[at_most(m, target) and at_most(target, m) for m in bases["mflops"]]]
-    if not len(bases):
-        return {}
-    b = bases.loc[bases["val_ne"].idxmin()]
-    return {"aimed_at": b["name"], "aimed_ne": b["test_ne"], "aimed_mflops": b["mflops"]}
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def per_seed(d: pd.DataFrame) -> None:
-    """Each strategy against each seed's own best baseline, the one its search found on validation
-    (NE, and FLOPs as the objective weighs them) and aimed at (``target_mflops: auto``), as an
-    engineer picks what to ship without the test set."""
-    from rankitect.search.objective import at_most
-
-    if "aimed_at" not in d:
-        return
-    for strategy, g in d[d["model"].isin(STRATEGIES) & d["aimed_at"].notna()].groupby("model"):
-        gains = 1 - g["test_ne"] / g["aimed_ne"]
-        within = [at_most(m, a) for m, a in zip(g["mflops"], g["aimed_mflops"])]
-        seeds = ", ".join(f"{s}: {n} {x:+.2%}" for s, n, x in zip(g["seed"], g["aimed_at"], gains))
-        print(f"  {strategy} against the baseline each seed's search aimed at ({seeds}): test NE {gains.mean():+.2%} "
-              f"on the mean, at no more than its FLOPs in {sum(within)} of {len(g)} seeds")
+def _clean(record: dict[str, Any]) -> dict[str, Any]:
+    """NaN as ``None`` (results.json stays plain JSON)."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in record.items()}
 
 
-def summarize(df: pd.DataFrame, data: str) -> None:
-    d = df[df["data"] == data].assign(candidate=lambda x: x["kind"].isin(["found (candidate)", "at target (candidate)"]))
-    d = d.drop_duplicates(["model", "seed"])  # every search of a seed trains the same baselines
-    agg = d.groupby("model").agg(test_ne=("test_ne", "mean"), ne_sd=("test_ne", "std"),
-                                 auc=("test_auc", "mean"), auc_sd=("test_auc", "std"), mflops=("mflops", "mean"),
-                                 minutes=("minutes", "mean"), seeds=("seed", "nunique"),
-                                 cand_won=("candidate", "sum"),
-                                 **({"trained": ("candidates", "mean")} if "candidates" in d else {})).sort_values("test_ne")
-    print(f"\n{data}:\n{agg.to_string(float_format=lambda v: f'{v:.4f}')}")
-    bases = agg.loc[[m for m in agg.index if m not in STRATEGIES and not m.endswith(("(cand)", "(at target)"))]]
-    found = agg.loc[[m for m in agg.index if m in STRATEGIES or m.endswith("(at target)")]]
-    if not len(bases) or not len(found):
-        return
-    best_base = bases["test_ne"].idxmin()
-    cheap = found[found["mflops"] <= bases.loc[best_base, "mflops"]]
-    if len(cheap):
-        best = cheap["test_ne"].idxmin()
-        gain = 1 - cheap.loc[best, "test_ne"] / bases.loc[best_base, "test_ne"]
-        print(f"  best strategy at no more than {best_base}'s FLOPs: {best}, test NE {gain:+.2%} vs {best_base} "
-              f"(goal >= +0.30%)")
-    else:
-        print(f"  no strategy returned a model at no more than {best_base}'s {bases.loc[best_base, 'mflops']:.3f} "
-              f"MFLOPs (goal: >= +0.30% test NE at no more FLOPs)")
-    per_seed(d)
-    if "dnas" in found.index:
-        gap = found.loc["dnas", "test_ne"] / found.loc[[m for m in found.index if m in STRATEGIES], "test_ne"].min() - 1
-        print(f"  dnas vs the best strategy: {gap:+.2%} test NE (goal <= +0.10%)")
+class Bench:
+    """The searches and rankings of one bench process, in order, skipping what ``results`` holds."""
+
+    def __init__(self, args: argparse.Namespace, out: Path, results: Results) -> None:
+        self.args, self.out, self.results = args, out, results
+        self.extra = overrides(args.set)
+
+    def data_opts(self, data: str) -> dict[str, str]:
+        """The data set's ``data.*`` overrides, the shared cache, and ``--set``'s ``data.*`` keys."""
+        opts = overrides(supernet_ranking.data_overrides(data))
+        opts["data.cache_dir"] = str(self.out / "data")
+        return {**opts, **{k: v for k, v in self.extra.items() if k.startswith("data.")}}
+
+    def prepare(self, data: str) -> None:
+        """Read (or generate) the data set into the shared cache before any search is timed."""
+        line = [sys.executable, "-m", "rankitect", "data", "inspect",
+                *(f"{k}={v}" for k, v in self.data_opts(data).items())]
+        done = subprocess.run(line, cwd=self.out, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{data}: the data set could not be read:\n{done.stdout[-2000:]}")
+
+    def search(self, data: str, seed: int, strategy: str, budget_s: float | None) -> dict[str, Any] | None:
+        """One search through the CLI; its record, or ``None`` when it failed (its log says why)."""
+        name = f"{label(data)}-s{seed}-{strategy}"
+        folder = self.out / "runs" / name
+        shutil.rmtree(folder, ignore_errors=True)  # a cut-short attempt's store and folder
+        folder.mkdir(parents=True)
+        opts = {**self.data_opts(data), "track.uri": f"sqlite:///{folder / 'mlflow.db'}",
+                "search.output_dir": str(folder / "searches"), "search.strategy": strategy,
+                "search.seed": str(seed), "train.seed": str(seed)}
+        if budget_s is not None:
+            opts.update({"search.time_budget": f"{max(1, round(budget_s))}",
+                         "search.trials": str(self.args.budget_trials)})
+        opts.update(self.extra)
+        line = command(opts)
+        (folder / "command.txt").write_text(" ".join(line[1:]) + "\n")
+        print(f"{name}: {' '.join(line[2:])}", flush=True)
+        began = time.perf_counter()
+        with open(folder / "search.log", "w") as log:
+            done = subprocess.run(line, cwd=folder, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+        wall = time.perf_counter() - began
+        if done.returncode != 0:
+            print(f"{name}: FAILED, exit status {done.returncode} (see {folder / 'search.log'})", flush=True)
+            return None
+        read = report.read_search(folder / "searches")
+        print(f"{name}: done in {wall:.0f} s (search {read['search_s']:.0f} s)", flush=True)
+        return {"data": label(data), "seed": seed, "strategy": strategy, "wall_s": wall, "time_budget_s": budget_s,
+                "command": line[1:], **read}
+
+    def run_seed(self, data: str, seed: int) -> None:
+        """``dnas`` first (its search seconds are the clock), then every other strategy under it."""
+        runs = self.results.data["runs"]
+        clock_key = f"{label(data)}/{seed}/{report.CLOCK}"
+        for strategy in self.args.strategies:
+            key = f"{label(data)}/{seed}/{strategy}"
+            if key in runs:
+                continue
+            budget = None
+            if strategy != report.CLOCK:
+                if clock_key not in runs:
+                    print(f"{key}: skipped, no {report.CLOCK} search to set its clock", flush=True)
+                    continue
+                budget = max(runs[clock_key]["search_s"] or runs[clock_key]["wall_s"], self.args.min_budget)
+            record = self.search(data, seed, strategy, budget)
+            if record is None:
+                self.results.put("failed", key, {"at": time.strftime("%Y-%m-%d %H:%M:%S")})
+            else:
+                self.results.put("runs", key, record)
+                self.results.put("failed", key, None)
+            runs = self.results.data["runs"]
+
+    def ranking(self, data: str, seed: int) -> None:
+        """The supernet ranking of ``data`` and ``seed`` (:func:`bench.quality.supernet_ranking.one_run`)."""
+        import torch
+        import yaml
+
+        from rankitect.config import load_config
+
+        key = f"{label(data)}/{seed}"
+        if self.args.ranking_archs <= 0 or key in self.results.data["ranking"]:
+            return
+        quick = overrides(supernet_ranking.QUICK) if self.args.quick else {}
+        opts = {**overrides(supernet_ranking.data_overrides(data)), **quick, **self.extra,
+                "data.cache_dir": str(self.out / "data"), "train.progress": "false"}
+        settings = overrides(supernet_ranking.QUICK_DNAS if self.args.quick else [])
+        dnas = {k: yaml.safe_load(v) for k, v in settings.items()}
+        cfg = load_config(overrides=[f"{k}={v}" for k, v in opts.items()])
+        how = argparse.Namespace(start=self.args.ranking_start, archs=self.args.ranking_archs, supernet="dnas",
+                                 verbose=False)
+        print(f"{key}: supernet ranking over {how.archs} architectures", flush=True)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(int(self.extra.get("runtime.threads", 0)) or threads)
+        try:
+            result = supernet_ranking.one_run(cfg, how, seed, dnas)
+        finally:
+            torch.set_num_threads(threads)
+        self.results.put("ranking", key, _clean({"data": label(data), "seed": seed, **result}))
 
 
-def plot(df: pd.DataFrame, data: str, path: Path) -> None:
-    import matplotlib
+def _env() -> dict[str, str]:
+    """The environment of a CLI process: this checkout's ``rankitect`` first on the path."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    d = df[df["data"] == data]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for model, g in d.groupby("model"):
-        marker = ("o" if model in STRATEGIES else "^" if model.endswith("(cand)")
-                  else "D" if model.endswith("(at target)") else "s")
-        ax.scatter(g["mflops"], g["test_ne"], label=model, marker=marker)
-    ax.set_xscale("log")
-    ax.set(xlabel="MFLOPs per example", ylabel="test NE", title=f"search quality on {data}")
-    ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+def show(results: Results, out: Path) -> None:
+    """Print every table and draw every plot from ``results``."""
+    rows, summary = results.data.get("rows", []), results.data.get("summary", {})
+    for data in summary:
+        report.print_seeds(rows, data)
+        report.print_summary(summary[data], data)
+        report.plot(results.data["runs"], data, out / f"quality_{data}.png")
+    report.print_ranking(results.data["ranking"])
+    if results.data["failed"]:
+        print(f"\nfailed (run again to retry): {', '.join(sorted(results.data['failed']))}")
+    print(f"\nresults: {results.path}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="adult,synthetic")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
-    parser.add_argument("--trials", type=int, default=None,
-                        help="search.trials: candidates of the sampling strategies (default 16; with search.time_budget "
-                             "10,000, so that the budget, not the count, ends every search)")
-    parser.add_argument("--budget", type=float, default=30.0, help="minutes per search (with search.time_budget)")
-    parser.add_argument("--rows", type=int, default=0, help="synthetic rows (data.rows); 0: the default")
+    listed: Callable[[str], list[str]] = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    parser.add_argument("--data", type=listed, default=list(DATA),
+                        help="data sets: adult, synthetic, synthetic-categorical or any data.source (comma-separated)")
+    parser.add_argument("--seeds", type=lambda s: [int(x) for x in listed(s)], default=[0, 1, 2])
+    parser.add_argument("--strategies", type=listed, default=list(STRATEGIES),
+                        help="dnas runs first whatever the order: its search time is the others' --time-budget")
+    parser.add_argument("--budget-trials", type=int, default=10_000,
+                        help="--trials of the strategies under the dnas clock (large: the clock ends them)")
+    parser.add_argument("--min-budget", type=float, default=0.0,
+                        help="seconds: the least --time-budget a strategy under the clock gets (--quick: a tiny "
+                             "dnas search ends before one baseline could train under its clock)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for every search (e.g. train.max_epochs=5); repeatable")
-    parser.add_argument("--jobs", type=int, default=1, help="searches at a time, one thread each")
-    parser.add_argument("--out", default=".", help="folder of the results (quality.jsonl) and the plots")
+                        help="a config override for every search and the ranking; repeatable")
+    parser.add_argument("--ranking-archs", type=int, default=20,
+                        help="architectures of the supernet ranking per data set and seed (0: no ranking)")
+    parser.add_argument("--ranking-start", default="auto", help="auto (the best baseline) or a baseline name")
+    parser.add_argument("--out", default="quality", help="folder of results.json, the plots and every search")
     parser.add_argument("--summarize", action="store_true", help="print the tables of --out's results, run nothing")
-    parser.add_argument("--reduced", action="store_true", help="1 seed, 20k synthetic rows, short trainings")
-    args = parse_args(parser, {"data": "synthetic", "strategies": "evolution", "seeds": 1, "trials": 1, "rows": 3000,
-                               "set": ["search.baselines=[dlrm]", "train.steps=5", "train.val_every=5"]}, argv)
-    if args.trials is None:
-        args.trials = 10_000 if has_time_budget() else 16
-    out = Path(args.out)
+    args = parse_args(parser, {"data": ["synthetic"], "seeds": [0], "strategies": ["dnas", "random"],
+                               "budget_trials": 1, "min_budget": 15, "set": QUICK_SET, "ranking_archs": 3, "ranking_start": "dlrm"},
+                      argv)
+    args.strategies = [report.CLOCK] + [s for s in args.strategies if s != report.CLOCK]
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    results = out / "quality.jsonl"
+    results = Results(out)
     if not args.summarize:
-        seeds = 1 if args.reduced else args.seeds
-        runs = [(d, s, seed) for seed in range(args.first_seed, args.first_seed + seeds) for d in args.data.split(",") for s in args.strategies.split(",")]
-        with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-            for data in args.data.split(","):  # cached once, before searches in parallel would race to write it
-                prepare(data_overrides(data, args), Path(tmp) / "data")
-            futures = {pool.submit(run_one, *run, args, Path(tmp)): run for run in runs}
-            for future in as_completed(futures):
-                if future.result() is None:
-                    continue
-                rows = rows_of(*futures[future], future.result())
-                with results.open("a") as f:  # kept as they finish: a cut-short run still has a table
-                    f.writelines(json.dumps(r) + "\n" for r in rows)
-    if args.summarize and (out / "runs").is_dir():  # the searches' own tables, read again
-        rows = []
-        for path in sorted((out / "runs").glob("*.json")):
-            data, strategy, seed = path.stem.rsplit("-", 2)
-            rows += rows_of(data, strategy, int(seed), json.loads(path.read_text()))
-    else:
-        rows = [json.loads(line) for line in results.read_text().splitlines()]
-    df = pd.DataFrame(rows)
-    for data in df["data"].unique():
-        summarize(df, data)
-        plot(df, data, out / f"quality_{data}.png")
+        bench = Bench(args, out, results)
+        for data in args.data:
+            todo = [(s, t) for s in args.seeds for t in args.strategies
+                    if f"{label(data)}/{s}/{t}" not in results.data["runs"]]
+            if todo:
+                bench.prepare(data)
+            for seed in args.seeds:
+                bench.run_seed(data, seed)
+                bench.ranking(data, seed)
+    with results._locked():
+        results.data = results._read()
+        results.write()
+    show(results, out)
 
 
 if __name__ == "__main__":
