@@ -62,8 +62,8 @@ QUICK_SET = ["data.rows=3000", "search.baselines=[dlrm]", "search.trials=1", "tr
 
 
 def label(data: str) -> str:
-    """A data set's name in keys and folder names (a file source: its file name)."""
-    return Path(data).name
+    """A data set's name in keys and folder names (a file source: its file name without suffix)."""
+    return Path(data).stem
 
 
 def overrides(items: list[str]) -> dict[str, str]:

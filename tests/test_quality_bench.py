@@ -1,0 +1,121 @@
+"""The quality bench reads a search as its user would and runs strategies at equal wall clock.
+
+The searches themselves run in processes of their own (minutes: ``--quick`` is not in
+tests/test_bench.py's quick list); here the bench's reading, its arithmetic over seeds and its order
+of work are checked on Pareto tables written by :func:`rankitect.eval.pareto.pareto_table`, the
+function a search writes ``pareto.csv`` with, against hand-computed references.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bench.quality import quality_bench, quality_report
+from rankitect.eval.pareto import pareto_table
+
+
+def result(val_ne: float, test_ne: float, mflops: float, status: str = "ok") -> SimpleNamespace:
+    return SimpleNamespace(status=status, val_ne=val_ne, test_ne=test_ne, test_auc=0.7, test_logloss=0.4,
+                           mflops=mflops, params=10)
+
+
+def write_search(folder: Path, baselines: dict[str, SimpleNamespace], cands: dict[str, SimpleNamespace],
+                 winner: tuple[str, str], elapsed: float) -> None:
+    """A search folder as the runner leaves it: ``<run id>/pareto.csv`` and ``state.json``."""
+    run = folder / "0123abcd"
+    run.mkdir(parents=True)
+    pareto_table(cands.items(), baselines, winner=winner).to_csv(run / "pareto.csv", index=False)
+    (run / "state.json").write_text(json.dumps({"elapsed": elapsed, "trials": []}))
+
+
+BASES = {"dlrm": result(0.80, 0.79, 1.0), "dcnv2": result(0.78, 0.80, 2.0),  # dcnv2: best on validation
+         "deepfm": result(math.nan, math.nan, 1.5, status="failed")}
+
+
+def record(tmp: Path, strategy: str, seed: int, cands: dict[str, SimpleNamespace], winner: tuple[str, str],
+           bases: dict[str, SimpleNamespace] = BASES) -> dict[str, Any]:
+    folder = tmp / f"{strategy}-{seed}"
+    write_search(folder, bases, cands, winner, elapsed=100.0 + seed)
+    return {"data": "d", "seed": seed, "strategy": strategy, "wall_s": 120.0, "time_budget_s": None,
+            **quality_report.read_search(folder)}
+
+
+def test_a_search_is_read_from_its_folder(tmp_path: Path) -> None:
+    run = record(tmp_path, "dnas", 0, {"c1": result(0.77, 0.78, 1.5)}, winner=("candidate", "c1"))
+    assert run["run_id"] == "0123abcd" and run["search_s"] == 100.0
+    assert len(run["table"]) == 4
+    base = quality_report.best_baseline(run["table"])
+    assert base is not None and base["name"] == "dcnv2"  # lowest validation NE, though dlrm's test NE is lower
+    won = quality_report.returned(run["table"])
+    assert won is not None and won["name"] == "c1" and won["kind"] == "candidate"
+    failed = next(r for r in run["table"] if r["name"] == "deepfm")
+    assert failed["val_ne"] is None and failed["test_ne"] is None  # NaN is plain JSON null
+    json.dumps(run, allow_nan=False)
+
+
+def test_rows_and_summary_match_a_hand_computation(tmp_path: Path) -> None:
+    # the reference: dcnv2's test NE 0.80 at 2.0 MFLOPs; dnas returns candidates, random a baseline once
+    got = {("dnas", 0): ({"c1": result(0.77, 0.784, 1.5)}, ("candidate", "c1")),
+           ("dnas", 1): ({"c2": result(0.76, 0.792, 2.5)}, ("candidate", "c2")),
+           ("random", 0): ({"c3": result(0.79, 0.81, 0.5)}, ("baseline", "dcnv2")),
+           ("random", 1): ({"c4": result(0.75, 0.776, 1.0)}, ("candidate", "c4"))}
+    runs = {f"d/{s}/{t}": record(tmp_path, t, s, *v) for (t, s), v in got.items()}
+    rows = quality_report.seed_rows(runs)
+    by = {(r["strategy"], r["seed"]): r for r in rows}
+    assert [(r["strategy"], r["seed"]) for r in rows] == [("dnas", 0), ("random", 0), ("dnas", 1), ("random", 1)]
+    assert by["dnas", 0]["diff_pct"] == pytest.approx(100 * (0.784 - 0.80) / 0.80)
+    assert by["dnas", 0]["within_flops"] and not by["dnas", 1]["within_flops"]  # 2.5 > 2.0 MFLOPs
+    assert by["random", 0]["is_baseline"] and by["random", 0]["diff_pct"] == pytest.approx(0.0)
+    assert all(r["baseline"] == "dcnv2" and r["trained"] == 1 for r in rows)
+
+    summary = quality_report.aggregate(rows, "d")
+    dnas, random = summary["strategies"]["dnas"], summary["strategies"]["random"]
+    assert dnas["test_ne"] == pytest.approx((0.784 + 0.792) / 2)
+    assert dnas["test_ne_sd"] == pytest.approx(abs(0.784 - 0.792) / math.sqrt(2))  # sample sd of two values
+    assert dnas["diff_pct"] == pytest.approx(100 * ((0.784 + 0.792) / 2 / 0.80 - 1))
+    assert dnas["searched_within_flops"] == 1 and dnas["returned_baseline"] == 0
+    assert random["searched_within_flops"] == 1 and random["returned_baseline"] == 1
+    assert summary["best_baseline"]["test_ne"] == pytest.approx(0.80) and summary["best_baseline"]["test_ne_sd"] == 0
+    best_other = (0.80 + 0.776) / 2
+    assert summary["dnas_vs_best"] == {"strategy": "random",
+                                       "diff_pct": pytest.approx(100 * ((0.784 + 0.792) / 2 / best_other - 1))}
+
+
+def test_dnas_sets_the_clock_and_finished_searches_are_not_run_again(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    args = argparse.Namespace(set=[], strategies=["dnas", "random", "tpe"], min_budget=0.0, quick=False)
+    results = quality_bench.Results(tmp_path)
+    results.put("runs", "d/0/random", record(tmp_path, "random", 0, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c")))
+    calls = []
+
+    def search(self: Any, data: str, seed: int, strategy: str, budget: float | None) -> dict[str, Any] | None:
+        calls.append((strategy, budget))
+        if strategy == "tpe":
+            return None  # a failed search: recorded as failed, run again next time
+        return record(tmp_path, strategy, seed, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c"))
+
+    monkeypatch.setattr(quality_bench.Bench, "search", search)
+    quality_bench.Bench(args, tmp_path, results).run_seed("d", 0)
+    assert calls == [("dnas", None), ("tpe", 100.0)]  # random was in results.json; tpe got dnas's search seconds
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert sorted(stored["runs"]) == ["d/0/dnas", "d/0/random"] and list(stored["failed"]) == ["d/0/tpe"]
+    assert stored["summary"]["d"]["strategies"]["dnas"]["search_s"] == 100.0
+
+    calls.clear()
+    quality_bench.Bench(args, tmp_path, quality_bench.Results(tmp_path)).run_seed("d", 0)
+    assert calls == [("tpe", 100.0)]
+
+
+def test_the_command_uses_the_cli_flags_and_each_key_once() -> None:
+    opts = quality_bench.overrides(["search.strategy=tpe", "search.time_budget=90", "data.rows=10",
+                                    "data.rows=20"])
+    line = quality_bench.command(opts)
+    assert line[1:4] == ["-m", "rankitect", "search"]
+    assert line[4:] == ["--strategy", "tpe", "--time-budget", "90", "data.rows=20"]
