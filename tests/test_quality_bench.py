@@ -43,7 +43,7 @@ def record(tmp: Path, strategy: str, seed: int, cands: dict[str, SimpleNamespace
            bases: dict[str, SimpleNamespace] = BASES) -> dict[str, Any]:
     folder = tmp / f"{strategy}-{seed}"
     write_search(folder, bases, cands, winner, elapsed=100.0 + seed)
-    return {"data": "d", "seed": seed, "strategy": strategy, "wall_s": 120.0, "time_budget_s": None,
+    return {"data": "d", "seed": seed, "strategy": strategy, "wall_s": 120.0, "time_budget": None,
             **quality_report.read_search(folder)}
 
 

@@ -107,6 +107,12 @@ class Results:
                 self.data[part][key] = value
             self.write()
 
+    def refresh(self) -> None:
+        """Re-read the file (other processes' results included) and rewrite its rows and summaries."""
+        with self._locked():
+            self.data = self._read()
+            self.write()
+
     def write(self) -> None:
         rows = report.seed_rows(self.data["runs"])
         self.data["rows"] = rows
@@ -174,8 +180,8 @@ class Bench:
             return None
         read = report.read_search(folder / "searches")
         print(f"{name}: done in {wall:.0f} s (search {read['search_s']:.0f} s)", flush=True)
-        return {"data": label(data), "seed": seed, "strategy": strategy, "wall_s": wall, "time_budget_s": budget_s,
-                "command": line[1:], **read}
+        return {"data": label(data), "seed": seed, "strategy": strategy, "wall_s": wall, "clock_s": budget_s,
+                "time_budget": opts.get("search.time_budget"), "command": line[1:], **read}
 
     def run_seed(self, data: str, seed: int) -> None:
         """``dnas`` first (its search seconds are the clock), then every other strategy under it."""
@@ -283,9 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             for seed in args.seeds:
                 bench.run_seed(data, seed)
                 bench.ranking(data, seed)
-    with results._locked():
-        results.data = results._read()
-        results.write()
+    results.refresh()
     show(results, out)
 
 

@@ -80,7 +80,7 @@ def seed_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     for run in runs.values():
         won, base = returned(run["table"]), refs.get((run["data"], run["seed"]))
         row = {"data": run["data"], "seed": run["seed"], "strategy": run["strategy"], "wall_s": run["wall_s"],
-               "search_s": run["search_s"], "time_budget_s": run.get("time_budget_s"),
+               "search_s": run["search_s"], "time_budget": run.get("time_budget"),
                "trained": sum(r["kind"] == "candidate" and r["status"] == "ok" for r in run["table"])}
         if base is not None:
             row.update(baseline=base["name"], baseline_ne=base["test_ne"], baseline_mflops=base["mflops"])
@@ -135,7 +135,7 @@ def _f(value: Any, spec: str = ".4f", none: str = "-") -> str:
 
 
 SEED_COLUMNS = (("strategy", 10), ("returned", 18), ("baseline", 8), ("test NE", 8), ("MFLOPs", 8),
-                ("vs best", 8), ("<= FLOPs", 8), ("trained", 7), ("wall s", 7), ("search s", 8), ("budget s", 8))
+                ("vs best", 8), ("<= FLOPs", 8), ("trained", 7), ("wall s", 7), ("search s", 8), ("budget", 8))
 
 
 def _cells(r: Mapping[str, Any]) -> list[str]:
@@ -143,7 +143,7 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
     return [r["strategy"], str(r.get("returned", "(none)"))[:18], _f(r.get("is_baseline"), ""),
             _f(r.get("test_ne")), _f(r.get("mflops"), ".3f"), "-" if diff is None else f"{diff:+.2f}%",
             _f(r.get("within_flops"), ""), str(r["trained"]), _f(r["wall_s"], ".0f"), _f(r["search_s"], ".0f"),
-            _f(r.get("time_budget_s"), ".0f")]
+            r.get("time_budget") or "-"]
 
 
 def _line(cells: Iterable[str]) -> str:
