@@ -3,7 +3,7 @@
     python -m bench.quality.quality_bench --out quality            # hours on 2 cores; resumable
     python -m bench.quality.quality_bench --out quality --data adult --seeds 0 --ranking-archs 0
     python -m bench.quality.quality_bench --out quality --summarize     # the tables and plots again
-    python -m bench.quality.quality_bench --quick --out /tmp/quality    # a smoke run (about a minute)
+    python -m bench.quality.quality_bench --quick --out /tmp/quality    # a smoke run (a few minutes)
 
 For each data set (``adult``: ``../shared/data/adult.csv`` with its schema; ``synthetic``: the
 default source; ``synthetic-categorical``: the all-categorical log; or any ``data.source``) and
@@ -55,7 +55,6 @@ STRATEGIES = ("dnas", "random", "evolution", "tpe", "oneshot")
 CLI_FLAGS = {"search.strategy": "--strategy", "search.seed": "--seed", "search.time_budget": "--time-budget",
              "search.trials": "--trials"}  # the rest go as key=value overrides
 QUICK_SET = ["data.rows=3000", "search.baselines=[dlrm]", "search.trials=1", "train.steps=5", "train.val_every=5",
-             "train.warmup_steps=0",
              "search.dnas.supernet_steps=10", "search.dnas.warmup_steps=2", "search.oneshot.supernet_steps=10",
              "search.oneshot.warmup_steps=2", "search.oneshot.children=2", "search.oneshot.population=2",
              "search.oneshot.sample_size=2"]
@@ -215,9 +214,8 @@ class Bench:
         key = f"{label(data)}/{seed}"
         if self.args.ranking_archs <= 0 or key in self.results.data["ranking"]:
             return
-        quick = overrides(supernet_ranking.QUICK) if self.args.quick else {}
-        opts = {**overrides(supernet_ranking.data_overrides(data)), **quick, **self.extra,
-                "data.cache_dir": str(self.out / "data"), "train.progress": "false"}
+        quick = overrides(supernet_ranking.QUICK) if self.args.quick else {}  # its own smoke-run training
+        opts = {**self.extra, **quick, **self.data_opts(data), "train.progress": "false"}  # the searches' data
         settings = overrides(supernet_ranking.QUICK_DNAS if self.args.quick else [])
         dnas = {k: yaml.safe_load(v) for k, v in settings.items()}
         cfg = load_config(overrides=[f"{k}={v}" for k, v in opts.items()])
