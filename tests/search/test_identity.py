@@ -113,7 +113,7 @@ def test_a_process_with_other_data_is_refused_by_a_shared_search(
 
 
 PROCESSES = 4
-LEARNABLE = ["train.max_epochs=2", "train.warmup_steps=33", "train.batch_size=64", "train.val_batches=2",
+LEARNABLE = ["train.max_epochs=2", "train.grace_steps=33", "train.batch_size=64", "train.val_batches=2",
              "train.test_batches=2", "runtime.threads=1", "search.pruning=none"]
 
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rankitect.config import DnasConfig, OneShotConfig
+from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig
 from rankitect.errors import ConfigError
 from rankitect.search import STRATEGIES, SearchContext, SpaceExhausted, TrialResult, build_strategy
 from rankitect.search.base import register_strategy
@@ -51,10 +51,11 @@ def test_one_registry_holds_every_strategy_the_config_may_name() -> None:
         register_strategy("oneshot")(Chosen)
 
 
-@pytest.mark.parametrize(("name", "config"), [("oneshot", OneShotConfig(top_k=3)), ("dnas", DnasConfig(top_k=2))])
+@pytest.mark.parametrize(("name", "config"), [("oneshot", OneShotConfig(supernet=SupernetConfig(top_k=3))),
+                                                 ("dnas", DnasConfig(supernet=SupernetConfig(top_k=2)))])
 def test_supernet_proposers_are_built_like_the_others(name: str, config) -> None:
     proposer = build_strategy(name, get_space("nasrec"), seed=0, config=config)
-    assert proposer.budget(50) == config.top_k and not proposer.prunable
+    assert proposer.budget(50) == config.supernet.top_k and not proposer.prunable
     with pytest.raises(ConfigError, match="search.rocs"):
         build_strategy(name, get_space("nasrec"), seed=0, config=config, rocs=True)
 
