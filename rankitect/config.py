@@ -134,8 +134,9 @@ class RankingConfig:
 
 @dataclass
 class DnasConfig:
-    """The ``dnas`` strategy: architecture weights over every choice trained with the supernet's
-    weights (on training batches the weights have not yet seen; ``arch_split: val``: validation batches)."""
+    """The ``dnas`` strategy: architecture weights over every choice, trained together with the
+    supernet's weights; their steps score paths on training batches the weights have not yet seen
+    (``arch_split: train``, the default) or on validation batches (``val``)."""
 
     supernet: SupernetConfig = field(default_factory=lambda: SupernetConfig(steps=300, epochs="auto"))
     weights_only_steps: int = 50  # weight steps (paths drawn from the starting distribution) before the first architecture step

@@ -101,7 +101,7 @@ def test_with_or_without_a_time_budget_a_supernet_strategy_trains_search_trials(
     assert timed.budget(7) == timed.plan_size == 7  # retrained best first until the budget is spent
     assert untimed.budget(7) == untimed.plan_size == 7  # like every other strategy
     few = strategy_from_config(SearchConfig(strategy=name, time_budget="5m", trials=1), space)
-    assert few.budget(1) == few.config.top_k  # never fewer than top_k
+    assert few.budget(1) == few.config.supernet.top_k  # never fewer than top_k
 
 
 def test_a_plan_never_retrains_a_baseline() -> None:

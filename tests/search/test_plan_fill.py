@@ -34,7 +34,7 @@ def test_without_a_time_budget_a_supernet_search_trains_search_trials_candidates
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     lines: list[str] = []
     cfg = load_config(overrides=[*TINY, f"search.strategy={strategy}"])
-    assert cfg.search.time_budget is None and getattr(cfg.search, strategy).top_k == 1
+    assert cfg.search.time_budget is None and getattr(cfg.search, strategy).supernet.top_k == 1
     outcome = SearchRunner(cfg, echo=lines.append).run()
     candidates = outcome.table[outcome.table["kind"] == "candidate"]
     assert len(candidates) == N and candidates["name"].is_unique
