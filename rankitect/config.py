@@ -86,7 +86,11 @@ class EvolutionConfig:
 @dataclass
 class SupernetConfig:
     """The supernet phase of ``oneshot`` and ``dnas``: how long the supernet trains, how many of
-    the architectures it chose are retrained first, how often its curves are logged."""
+    the architectures it chose are retrained first, how often its curves are logged.
+
+    Each strategy's section holds one with defaults of its own (``oneshot``: 600 steps, 1 epoch;
+    ``dnas``: 300 steps, epochs ``auto``); in Python change one key with
+    ``dataclasses.replace(DnasConfig().supernet, steps=...)`` to keep the others."""
 
     steps: int = 300  # weight steps at most; see epochs
     epochs: float | Literal["auto"] = 1.0  # at most this many passes over the train split (widest_decay_steps, weights_only_steps shrink in proportion); auto (dnas only): the baselines' median epochs to their best validation, at least 1

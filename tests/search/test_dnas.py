@@ -396,7 +396,8 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
 
     space = three_slots()
     per_epoch = -(-len(data.split("train")) // TRAIN.batch_size)
-    strategy = DnasSearch(space, seed=0, objective=Objective(), config=DnasConfig(supernet=SupernetConfig(steps=10**6)))
+    config = DnasConfig(supernet=SupernetConfig(steps=10**6, epochs="auto"))
+    strategy = DnasSearch(space, seed=0, objective=Objective(), config=config)
     inside = space.decode(space.sample(np.random.default_rng(1)))
     strategy.observe(inside, TrialResult(val_ne=0.8, mflops=1.0, best_step=2 * per_epoch))
     strategy.observe(get_baseline("wukong", data.spec), TrialResult(val_ne=0.7, mflops=1.0, best_step=6 * per_epoch))
