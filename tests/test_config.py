@@ -139,7 +139,7 @@ def test_each_section_checks_its_numbers_in_the_one_form() -> None:
 
 
 def test_a_section_given_to_a_strategy_is_checked_by_the_same_table() -> None:
-    from rankitect.config import DnasConfig, GumbelConfig, check_section
+    from rankitect.config import DnasConfig, GumbelConfig, SurrogateConfig, check_section
     from rankitect.search import build_strategy
     from rankitect.space import get_space
 
@@ -149,6 +149,8 @@ def test_a_section_given_to_a_strategy_is_checked_by_the_same_table() -> None:
         build_strategy("dnas", get_space("nasrec"), seed=0, config=DnasConfig(gumbel=GumbelConfig(tau_end=0.0)))
     assert str(given.value) == str(loaded.value) == "config key 'search.dnas.gumbel.tau_end' must be > 0, got 0.0"
     check_section(DnasConfig(), "search.dnas")  # the defaults pass
+    with pytest.raises(ConfigError, match=re.escape("config key 'search.surrogate.kappa' must be >= 0, got -1.0")):
+        build_strategy("random", get_space("nasrec"), seed=0, surrogate=SurrogateConfig(kappa=-1.0))
 
 
 def test_a_nested_section_keeps_the_defaults_of_where_it_sits() -> None:
