@@ -98,8 +98,9 @@ def run_one(data: str, strategy: str, seed: int, args: argparse.Namespace, tmp: 
         overrides.append(f"search.time_budget={args.budget * 60}")
     if args.reduced:
         overrides += ["train.steps=100", "train.val_every=50", "search.oneshot.supernet.steps=150",
-                      "search.oneshot.widest_decay_steps=50", "search.oneshot.children=8", "search.oneshot.population=8",
-                      "search.oneshot.supernet.top_k=1", "search.dnas.supernet.steps=100", "search.dnas.weights_only_steps=20"]
+                      "search.oneshot.widest_decay_steps=50", "search.oneshot.children=8",
+                      "search.oneshot.population=8", "search.oneshot.supernet.top_k=1",
+                      "search.dnas.supernet.steps=100", "search.dnas.weights_only_steps=20"]
     out = Path(args.out) / "runs" / f"{data}-{strategy}-{seed}.json"  # kept: --summarize rebuilds from them
     out.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns-{data}-{strategy}-{seed}/mlflow.db",

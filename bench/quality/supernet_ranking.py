@@ -110,7 +110,8 @@ def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, s
         dnas_search(supernet, data, cfg.train, dnas, Objective(), seed=seed, start=space.encode(start),
                     rank_check=check, echo=lambda line: print(f"  {line}"))
         taus = " ".join(f"{r.tau_truth:.2f}" for r in check.readings)
-        print(f"  tau against stand-alone every {dnas.ranking.every} steps after the weights-only steps: {taus}", flush=True)
+        print(f"  tau against stand-alone every {dnas.ranking.every} steps after the weights-only steps: {taus}",
+              flush=True)
     else:
         train_supernet(supernet, data, cfg.train, cfg.search.oneshot, seed=seed)
     return supernet
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--supernet", choices=["dnas", "oneshot"], default="dnas")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override (train.max_epochs=2, data.rows=50000, ...)")
-    parser.add_argument("--dnas", action="append", default=[], metavar="KEY=VALUE", help="a search.dnas setting (ranking.every=10: search.dnas.ranking.every=10)")
+    parser.add_argument("--dnas", action="append", default=[], metavar="KEY=VALUE",
+                        help="a search.dnas setting (ranking.every=10: search.dnas.ranking.every=10)")
     parser.add_argument("--verbose", action="store_true", help="every architecture's three NEs")
     args = parse_args(parser, {"data": ["synthetic"], "seeds": [0], "archs": 6, "start": "dlrm"}, argv)
     overrides, dnas_items = list(args.set), list(args.dnas)

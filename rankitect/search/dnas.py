@@ -451,8 +451,8 @@ class DnasSearch(Guided, PlanProposer):
             return True
         ranks = tau >= self.config.ranking.min_kendall_tau  # False for nan
         echo(f"dnas: the supernet ranks the {check.known} trained baselines it holds at Kendall tau {tau:.2f}"
-             + ("" if ranks else f", below search.dnas.ranking.min_kendall_tau {self.config.ranking.min_kendall_tau:g}: "
-                "it cannot rank here, so "
+             + ("" if ranks else f", below search.dnas.ranking.min_kendall_tau {self.config.ranking.min_kendall_tau:g}"
+                ": it cannot rank here, so "
                 + ("retraining starts at once from changes of the best trained architecture"
                    if self.fill > self.config.supernet.top_k else "what it chose is retrained, but trust it less")))
         return ranks

@@ -154,7 +154,8 @@ class SearchRunner:
         """Refuse to resume ``state``, or to join the shared search, with another identity than
         the search's (see :mod:`rankitect.search.identity`)."""
         if state is not None:
-            recorded = state.identity or config_identity(config_from_dict(rename_old_keys(state.config)))  # older checkpoints
+            # an older checkpoint: its config, keys renamed since moved over
+            recorded = state.identity or config_identity(config_from_dict(rename_old_keys(state.config)))
             refuse_difference(mine, recorded, f"--resume {state.parent_run_id}", "here")
         elif self.shared is not None:
             recorded = self.shared.identity()

@@ -105,7 +105,8 @@ def test_dnas_hands_over_to_retraining_where_the_supernet_cannot_rank(data: Clic
     said = [ln for ln in lines if "Kendall tau" in ln]
     assert len(said) == 1 and "3 trained baselines" in said[0]
     first = strategy.ask()
-    if tau < DnasConfig().ranking.min_kendall_tau:  # its choice skipped: the first is a change of the best baseline, prunable
+    # below the threshold its choice is skipped: the first is a change of the best baseline, prunable
+    if tau < DnasConfig().ranking.min_kendall_tau:
         assert "cannot rank here" in said[0] and strategy.plan == [] and strategy.prunable
         assert first != space.decode(weights.argmax())
     else:
