@@ -129,10 +129,10 @@ class ReinforceConfig:
 
 @dataclass
 class RankingConfig:
-    """The supernet's order of its probe paths (the trained baselines, changes of the start): read
-    while it trains (``rank/*`` curves), a stop rule (``stop: ranking``) and a check of its choices."""
+    """The supernet's order of its probe paths (the trained baselines, changes of the start): a stop
+    rule (``stop: ranking``, read while it trains: ``rank/*`` curves) and, after it, a check of its choices."""
 
-    every: int = 20  # weight steps between readings of the probes' order
+    every: int = 20  # stop: ranking, weight steps between readings of the probes' order
     min_kendall_tau: float = 0.2  # the supernet ranks the trained baselines (3 or more) below this Kendall tau: the output says so and, with more trials than supernet.top_k, its choices are skipped and the climb starts at once
 
 
