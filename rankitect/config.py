@@ -68,57 +68,92 @@ class TrainConfig:
     val_every: int = 0  # training steps between validations; 0 = every epoch (more often on large data)
     val_batches: int = 0  # 0 = the whole validation split
     test_batches: int = 0  # 0 = the whole test split
-    warmup_steps: int = 0  # validation NE above 1 ends training only from this step on (NaN: any step)
+    grace_steps: int = 0  # a model not once below validation NE 1 by a validation at or after this step is ended as hopeless (NaN or inf: at any step)
     seed: int = 0
     progress: bool = True  # a progress bar while training (search trials: one bar for the search)
 
 
 @dataclass
 class EvolutionConfig:
-    """The ``evolution`` strategy: regularized (aging) evolution, the first ``population`` trials random."""
+    """The ``evolution`` strategy: regularized (aging) evolution. Proposals are random until
+    ``population`` trials have finished (the baselines the space holds count: with the default
+    six, 2 random trials), then each is a mutated child of a tournament's winner."""
 
-    population: int = 8  # of the default 16 trials: 8 random, then 8 mutated children
-    sample_size: int = 4
+    population: int = 8  # tournaments draw from the most recent this many trained trials
+    sample_size: int = 4  # members drawn per tournament (at most population)
+
+
+@dataclass
+class SupernetConfig:
+    """The supernet phase of ``oneshot`` and ``dnas``: how long the supernet trains, how many of
+    the architectures it chose are retrained first, how often its curves are logged.
+
+    Each strategy's section holds one with defaults of its own (``oneshot``: 600 steps, 1 epoch;
+    ``dnas``: 300 steps, epochs ``auto``); in Python change one key with
+    ``dataclasses.replace(DnasConfig().supernet, steps=...)`` to keep the others."""
+
+    steps: int = 300  # weight steps at most; see epochs
+    epochs: float | Literal["auto"] = 1.0  # at most this many passes over the train split (widest_decay_steps, weights_only_steps shrink in proportion); auto (dnas only): the baselines' median epochs to their best validation, at least 1
+    top_k: int = 1  # the supernet's best architectures (oneshot: by inherited-weight score; dnas: most probable) retrained from scratch first; then more until search.trials are trained
+    log_every: int = 10  # supernet steps between rows of its training curves
 
 
 @dataclass
 class OneShotConfig:
     """The ``oneshot`` strategy: train a supernet on single paths, evolve on inherited weights."""
 
-    supernet_steps: int = 600  # at most; see epochs
-    epochs: float = 1.0  # steps at most this many passes over the train split (warmup shrinks in proportion)
-    warmup_steps: int = 200  # the widest path is drawn with a probability falling linearly to 0
+    supernet: SupernetConfig = field(default_factory=lambda: SupernetConfig(steps=600, epochs=1.0))
+    widest_decay_steps: int = 200  # the widest path is drawn with a probability falling linearly from 1 to 0 over these steps
     population: int = 16
     sample_size: int = 4
     children: int = 32  # mutated children scored after the initial population
     finetune_batches: int = 4  # training batches whose features the head is fine-tuned on
     finetune_steps: int = 20  # head-only steps over those features before a child is scored
     score_batches: int = 10  # validation batches a child is scored on
-    top_k: int = 1  # best scored children retrained from scratch at least, as NASRec; the next best follow until search.trials are trained
-    log_every: int = 10
+
+
+@dataclass
+class GumbelConfig:
+    """``search.dnas.estimator: gumbel``: hard Gumbel-softmax samples with a straight-through gradient."""
+
+    tau_start: float = 5.0  # temperature at the first supernet step, annealed exponentially
+    tau_end: float = 0.5  # temperature at the last step
+
+
+@dataclass
+class ReinforceConfig:
+    """``search.dnas.estimator: reinforce``: the score function with a leave-one-out baseline."""
+
+    samples: int = 2  # paths scored against each other on one batch per architecture step
+
+
+@dataclass
+class RankingConfig:
+    """The supernet's order of its probe paths (the trained baselines, changes of the start): a stop
+    rule (``stop: ranking``, read while it trains: ``rank/*`` curves) and, after it, a check of its choices."""
+
+    every: int = 20  # stop: ranking, weight steps between readings of the probes' order
+    min_kendall_tau: float = 0.2  # the supernet ranks the trained baselines (3 or more) below this Kendall tau: the output says so and, with more trials than supernet.top_k, its choices are skipped and the climb starts at once
 
 
 @dataclass
 class DnasConfig:
-    """The ``dnas`` strategy: Gumbel-softmax weights over every choice, trained on validation batches."""
+    """The ``dnas`` strategy: architecture weights over every choice, trained together with the
+    supernet's weights; their steps score paths on training batches the weights have not yet seen
+    (``arch_split: train``, the default) or on validation batches (``val``)."""
 
-    supernet_steps: int = 300  # at most; see epochs and stable_steps
-    epochs: float | Literal["auto"] = "auto"  # passes over the train split at most (warmup shrinks in proportion); auto: the baselines' median epochs to their best validation, at least 1
-    stable_steps: int = 40  # stop once the most probable architecture, having left the start, held this many arch steps; 0: never
-    warmup_steps: int = 50  # weight steps on uniform paths before the first architecture step
+    supernet: SupernetConfig = field(default_factory=lambda: SupernetConfig(steps=300, epochs="auto"))
+    weights_only_steps: int = 50  # weight steps (paths drawn from the starting distribution) before the first architecture step
     arch_every: int = 1  # an architecture step after every this many weight steps
     arch_lr: float = 0.05
-    start_logit: float = 2.0  # the best baseline in the space starts this much more probable per choice (a sampled path keeps most of its choices); 0: uniform
-    estimator: Literal["reinforce", "gumbel"] = "reinforce"  # architecture gradient: score function or straight-through
-    samples: int = 2  # reinforce: paths scored against each other on one batch per architecture step
     arch_split: Literal["train", "val"] = "train"  # batches the architecture steps on (train: rows not yet seen)
-    tau_start: float = 5.0
-    tau_end: float = 0.5
-    top_k: int = 1  # most probable architectures retrained first; then changes of the best trained so far until search.trials are trained
-    log_every: int = 10
-    stop: Literal["argmax", "ranking"] = "argmax"  # argmax: stable_steps; ranking: once the supernet's order of probe paths (the trained baselines, changes of the start) holds
-    rank_every: int = 20  # weight steps between readings of the probes' order (stop: ranking)
-    rank_tau: float = 0.2  # the supernet ranks the trained baselines (3 or more) below this Kendall tau: the output says so and, with more trials than top_k, its choices are skipped and the climb starts at once
+    start_logit: float = 2.0  # the best baseline in the space starts this much more probable per choice (a sampled path keeps most of its choices); 0: uniform
+    estimator: Literal["reinforce", "gumbel"] = "reinforce"  # architecture gradient: score function (search.dnas.reinforce) or straight-through (search.dnas.gumbel)
+    stop: Literal["argmax", "ranking"] = "argmax"  # argmax: once the most probable architecture held stable_steps; ranking: once the supernet's order of its probe paths holds (search.dnas.ranking)
+    stable_steps: int = 40  # stop: argmax, once the most probable architecture, having left the start, held this many arch steps; 0: never
+    gumbel: GumbelConfig = field(default_factory=GumbelConfig)
+    reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
+    ranking: RankingConfig = field(default_factory=RankingConfig)
 
 
 @dataclass
@@ -215,53 +250,96 @@ class Range(NamedTuple):
 
 
 AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(0), Range(1), Range(0, open_low=True)
+
+
+def _supernet_ranges(section: str) -> dict[str, Range]:
+    return {f"{section}.supernet.steps": AT_LEAST_1, f"{section}.supernet.epochs": POSITIVE,
+            f"{section}.supernet.top_k": AT_LEAST_1, f"{section}.supernet.log_every": AT_LEAST_1}
+
+
 # Every int and float key of the dataclasses above (a test checks that none is missing), checked by
-# ``load_config`` so that a wrong number stops the command before any data is read.
+# ``load_config`` so that a wrong number stops the command before any data is read; a strategy given
+# its section directly is checked against the same table (:func:`check_section`).
 RANGES: dict[str, Range] = {
     "data.rows": Range(100), "data.seed": AT_LEAST_0, "data.vocab_size": Range(2),
     "train.max_epochs": AT_LEAST_1, "train.steps": AT_LEAST_1, "train.patience": AT_LEAST_0,
     "train.batch_size": AT_LEAST_1, "train.lr_dense": POSITIVE,
     "train.lr_sparse": POSITIVE, "train.weight_decay": AT_LEAST_0, "train.val_every": AT_LEAST_0,
-    "train.val_batches": AT_LEAST_0, "train.test_batches": AT_LEAST_0, "train.warmup_steps": AT_LEAST_0,
+    "train.val_batches": AT_LEAST_0, "train.test_batches": AT_LEAST_0, "train.grace_steps": AT_LEAST_0,
     "train.seed": AT_LEAST_0,
     "search.trials": AT_LEAST_1, "search.seed": AT_LEAST_0, "search.target_mflops": POSITIVE,
     "search.time_budget": POSITIVE,  # in seconds; a string ("90m") is checked by search.budget.parse_duration
     "search.pruning_reduction": Range(2), "search.pruning_min_validations": AT_LEAST_1,
     "search.penalty_weight": AT_LEAST_0, "search.min_gain_se": AT_LEAST_0, "search.workers": AT_LEAST_1, "search.keep_top_k": AT_LEAST_0,
     "search.evolution.population": AT_LEAST_1, "search.evolution.sample_size": AT_LEAST_1,
-    "search.oneshot.supernet_steps": AT_LEAST_1, "search.oneshot.epochs": POSITIVE,
-    "search.oneshot.warmup_steps": AT_LEAST_0,
+    **_supernet_ranges("search.oneshot"), "search.oneshot.widest_decay_steps": AT_LEAST_0,
     "search.oneshot.population": AT_LEAST_1, "search.oneshot.sample_size": AT_LEAST_1,
     "search.oneshot.children": AT_LEAST_0, "search.oneshot.finetune_batches": AT_LEAST_1,
     "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,
-    "search.oneshot.top_k": AT_LEAST_1, "search.oneshot.log_every": AT_LEAST_1,
-    "search.dnas.supernet_steps": AT_LEAST_1, "search.dnas.warmup_steps": AT_LEAST_0,
-    "search.dnas.epochs": POSITIVE, "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
-    "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0, "search.dnas.tau_start": POSITIVE,
-    "search.dnas.tau_end": POSITIVE, "search.dnas.top_k": AT_LEAST_1, "search.dnas.log_every": AT_LEAST_1,
-    "search.dnas.samples": Range(2), "search.dnas.rank_every": AT_LEAST_1, "search.dnas.rank_tau": Range(-1),
+    **_supernet_ranges("search.dnas"), "search.dnas.weights_only_steps": AT_LEAST_0,
+    "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
+    "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0,
+    "search.dnas.gumbel.tau_start": POSITIVE, "search.dnas.gumbel.tau_end": POSITIVE,
+    "search.dnas.reinforce.samples": Range(2),  # each path is scored against the others
+    "search.dnas.ranking.every": AT_LEAST_1, "search.dnas.ranking.min_kendall_tau": Range(-1, 1),
     "search.surrogate.candidates": AT_LEAST_1, "search.surrogate.kappa": AT_LEAST_0,
     "search.surrogate.min_trials": Range(2),
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }
-# Keys bounded by another key: (key, bound, what the bound is called).
+# Keys bounded by another key: (key, its upper bound).
 BOUNDED_BY = [("search.evolution.sample_size", "search.evolution.population"),
               ("search.oneshot.sample_size", "search.oneshot.population")]
+# Keys of earlier versions and where they live now: a config or override naming one is refused
+# with the new name; a checkpoint's logged config is moved over (:func:`rename_old_keys`).
+RENAMED: dict[str, str] = {
+    "train.warmup_steps": "train.grace_steps",
+    **{f"search.{s}.{old}": f"search.{s}.supernet.{new}" for s in ("oneshot", "dnas") for old, new in
+       (("supernet_steps", "steps"), ("epochs", "epochs"), ("top_k", "top_k"), ("log_every", "log_every"))},
+    "search.oneshot.warmup_steps": "search.oneshot.widest_decay_steps",
+    "search.dnas.warmup_steps": "search.dnas.weights_only_steps",
+    "search.dnas.tau_start": "search.dnas.gumbel.tau_start",
+    "search.dnas.tau_end": "search.dnas.gumbel.tau_end",
+    "search.dnas.samples": "search.dnas.reinforce.samples",
+    "search.dnas.rank_every": "search.dnas.ranking.every",
+    "search.dnas.rank_tau": "search.dnas.ranking.min_kendall_tau",
+}
 
 
 def validate(cfg: Config) -> Config:
-    """``cfg`` if every numeric key lies in its :data:`RANGES` entry; else a ``ConfigError``
-    naming the first key outside it, its range and its value."""
-    flat = flatten(to_dict(cfg))
-    for key, allowed in RANGES.items():
-        value = flat[key]
-        if value is not None and not isinstance(value, str) and value not in allowed:
-            raise ConfigError(f"config key {key!r} must be {allowed}, got {value!r}")
-    for key, bound in BOUNDED_BY:
-        if flat[key] > flat[bound]:
-            raise ConfigError(f"config key {key!r} must be <= {bound} ({flat[bound]}), got {flat[key]!r}")
+    """``cfg`` if every numeric key lies in its :data:`RANGES` entry (and under its
+    :data:`BOUNDED_BY` bound) and every other value is one the commands can run with; else a
+    ``ConfigError`` naming the first key outside, its range and its value."""
+    check_section(cfg, "")
     _check_choices(cfg)
     return cfg
+
+
+def check_section(section: Any, key: str) -> None:
+    """Check the numbers of config section ``section`` (the dataclass at dotted ``key``, e.g. a
+    :class:`DnasConfig` at ``search.dnas``; ``""``: the whole :class:`Config`) against
+    :data:`RANGES` and :data:`BOUNDED_BY`, in one message form naming the key and its value."""
+    prefix = f"{key}." if key else ""
+    flat = flatten(to_dict(section), prefix)
+    for name, allowed in RANGES.items():
+        value = flat.get(name)
+        if value is not None and not isinstance(value, str) and value not in allowed:
+            raise ConfigError(f"config key {name!r} must be {allowed}, got {value!r}")
+    for name, bound in BOUNDED_BY:
+        if name in flat and flat[name] > flat[bound]:
+            raise ConfigError(f"config key {name!r} must be <= {bound} ({flat[bound]}), got {flat[name]!r}")
+    if flat.get("search.oneshot.supernet.epochs") == "auto":
+        raise ConfigError("config key 'search.oneshot.supernet.epochs' must be a number of passes (auto is dnas's: "
+                          "the baselines' epochs to their best validation), got 'auto'")
+
+
+def rename_old_keys(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of plain config data (a checkpoint's logged config) with every :data:`RENAMED` key
+    moved to its new name, so that a search logged before a rename resumes."""
+    flat = {RENAMED.get(k, k): v for k, v in flatten(raw).items()}
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        _set_dotted(out, k, v)
+    return out
 
 
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")  # what torch.device and Lightning's accelerator both take here
@@ -297,7 +375,7 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key=value")
         _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
-    return validate(_build(Config, raw, prefix=""))
+    return validate(_build(Config(), raw, prefix=""))
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
@@ -341,23 +419,31 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
+def _build(base: Any, raw: Any, prefix: str) -> Any:
+    """``base`` (a config dataclass instance holding the defaults) with the values of ``raw`` set;
+    a nested section starts from ``base``'s own, so a section whose defaults depend on where it
+    sits (``search.oneshot.supernet``, ``search.dnas.supernet``) keeps them."""
     where = prefix.rstrip(".") or "the top level"
     if not isinstance(raw, dict):
         raise ConfigError(f"config key {where!r}: expected a mapping, got {raw!r}")
+    cls = type(base)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields))
+    for name in unknown:
+        if prefix + str(name) in RENAMED:
+            raise ConfigError(f"config key {prefix + str(name)!r} is now {RENAMED[prefix + str(name)]!r}; "
+                              "rename it in the config file or override")
     if unknown:
         raise ConfigError(f"unknown config key {prefix + str(unknown[0])!r} (known under {where!r}: {sorted(fields)})")
     values = {}
     for name, value in raw.items():
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
-            values[name] = _build(tp, value, prefix + name + ".")
+            values[name] = _build(getattr(base, name), value, prefix + name + ".")
         else:
             values[name] = _coerce(value, tp, prefix + name)
-    return cls(**values)
+    return dataclasses.replace(base, **values)
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:

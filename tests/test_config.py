@@ -1,8 +1,10 @@
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-from rankitect.config import Config, flatten, load_config, to_dict
+from rankitect.config import RENAMED, Config, config_from_dict, flatten, load_config, rename_old_keys, to_dict
 from rankitect.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,20 +86,30 @@ def test_every_numeric_key_has_a_range_and_nothing_else_does() -> None:
     assert sorted(RANGES) == sorted(_numeric_keys(Config))
 
 
-def test_each_range_is_checked_at_its_bound() -> None:
-    """Walk every range: its closed bound loads, the nearest value outside it is refused naming the key."""
+def _refused(key: str, value: float, allowed) -> None:
+    """``key=value`` is refused in the one message form: the key, its range, the value."""
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[*BOUNDED_BASE, f"{key}={value}"])
+    assert str(e.value) == f"config key {key!r} must be {allowed}, got {value!r}"
+
+
+BOUNDED_BASE = ["search.evolution.sample_size=1", "search.oneshot.sample_size=1"]  # bounded by the populations
+
+
+def test_each_range_is_checked_at_its_bounds() -> None:
+    """Walk every range: its closed bounds load, the nearest values outside are refused naming the
+    key, its range and the value, in one form whatever the section."""
     from rankitect.config import RANGES
 
-    base = ["search.evolution.sample_size=1", "search.oneshot.sample_size=1"]  # bounded by the populations
     for key, allowed in RANGES.items():
-        is_int = _numeric_keys(Config)[key] is int
-        if allowed.low is None:
-            continue
-        if not allowed.open_low:
-            assert flatten(to_dict(load_config(overrides=[*base, f"{key}={allowed.low}"])))[key] == allowed.low
-        outside = allowed.low - (0 if allowed.open_low else (1 if is_int else 1e-9))
-        with pytest.raises(ConfigError, match=f"'{key}' must be {'>' if allowed.open_low else '>='}"):
-            load_config(overrides=[*base, f"{key}={outside}"])
+        step = 1 if _numeric_keys(Config)[key] is int else 1e-9
+        for bound, outside in ((allowed.low, -step), (allowed.high, step)):
+            if bound is None:
+                continue
+            if not (bound == allowed.low and allowed.open_low):
+                assert flatten(to_dict(load_config(overrides=[*BOUNDED_BASE, f"{key}={bound}"])))[key] == bound
+            value = bound if bound == allowed.low and allowed.open_low else bound + outside
+            _refused(key, int(value) if step == 1 else float(value), allowed)
 
 
 @pytest.mark.parametrize("value", ["nan", ".nan", ".inf"])
@@ -109,3 +121,69 @@ def test_non_finite_numbers_are_refused(value: str) -> None:
 def test_a_tournament_larger_than_its_population_is_refused() -> None:
     with pytest.raises(ConfigError, match="search.evolution.sample_size' must be <= search.evolution.population"):
         load_config(overrides=["search.evolution.population=2", "search.evolution.sample_size=3"])
+
+
+def test_each_section_checks_its_numbers_in_the_one_form() -> None:
+    """A number out of range in every section that has numbers: the same message form, naming the key."""
+    from rankitect.config import RANGES
+
+    sections = {key.rsplit(".", 1)[0] for key in RANGES}
+    assert {"data", "train", "search", "search.evolution", "search.oneshot", "search.oneshot.supernet", "search.dnas",
+            "search.dnas.supernet", "search.dnas.gumbel", "search.dnas.reinforce", "search.dnas.ranking",
+            "search.surrogate", "runtime"} == sections
+    for section in sorted(sections):
+        key = next(k for k in RANGES if k.rsplit(".", 1)[0] == section)
+        allowed = RANGES[key]
+        value = allowed.low if allowed.open_low else allowed.low - 1
+        _refused(key, int(value) if _numeric_keys(Config)[key] is int else float(value), allowed)
+
+
+def test_a_section_given_to_a_strategy_is_checked_by_the_same_table() -> None:
+    from rankitect.config import DnasConfig, GumbelConfig, SurrogateConfig, check_section
+    from rankitect.search import build_strategy
+    from rankitect.space import get_space
+
+    with pytest.raises(ConfigError) as loaded:
+        load_config(overrides=["search.dnas.gumbel.tau_end=0"])
+    with pytest.raises(ConfigError) as given:
+        build_strategy("dnas", get_space("nasrec"), seed=0, config=DnasConfig(gumbel=GumbelConfig(tau_end=0.0)))
+    assert str(given.value) == str(loaded.value) == "config key 'search.dnas.gumbel.tau_end' must be > 0, got 0.0"
+    check_section(DnasConfig(), "search.dnas")  # the defaults pass
+    with pytest.raises(ConfigError, match=re.escape("config key 'search.surrogate.kappa' must be >= 0, got -1.0")):
+        build_strategy("random", get_space("nasrec"), seed=0, surrogate=SurrogateConfig(kappa=-1.0))
+
+
+def test_a_nested_section_keeps_the_defaults_of_where_it_sits() -> None:
+    """One SupernetConfig type, two places with their own defaults: setting one key keeps the rest."""
+    cfg = load_config(overrides=["search.oneshot.supernet.steps=5", "search.dnas.supernet.top_k=2"])
+    assert (cfg.search.oneshot.supernet.steps, cfg.search.oneshot.supernet.epochs) == (5, 1.0)
+    assert (cfg.search.dnas.supernet.steps, cfg.search.dnas.supernet.epochs, cfg.search.dnas.supernet.top_k) == (
+        300, "auto", 2)
+    assert Config().search.oneshot.supernet.steps == 600
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED))
+def test_an_old_key_is_refused_naming_the_new_one(old: str, tmp_path: Path) -> None:
+    new = RENAMED[old]
+    value = flatten(to_dict(Config()))[new]
+    message = f"config key {old!r} is now {new!r}"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(overrides=[f"{old}={value}"])
+    f = tmp_path / "old.yaml"
+    head, _, leaf = old.rpartition(".")
+    nested: dict = {leaf: value}
+    for part in reversed(head.split(".")):
+        nested = {part: nested}
+    f.write_text(yaml.safe_dump(nested))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(f)
+    assert flatten(to_dict(config_from_dict(rename_old_keys(nested))))[new] == value  # a logged config moves over
+
+
+def test_an_old_key_on_the_command_line_exits_2_naming_the_new_one(tmp_path: Path, capsys) -> None:
+    from rankitect.cli import main
+
+    code = main(["search", "search.dnas.tau_start=3", f"track.uri=sqlite:///{tmp_path}/m.db"])
+    assert code == 2
+    assert "'search.dnas.tau_start' is now 'search.dnas.gumbel.tau_start'" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()

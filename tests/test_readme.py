@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SEARCH_OWN_SPACE = '''
 cfg = load_config(overrides=["search.space=two_layer", "search.strategy=random", "search.trials=1",
                              "search.baselines=[]", "search.pruning=none", "data.rows=8000",
-                             "train.batch_size=128", "train.max_epochs=2", "train.warmup_steps=50",
+                             "train.batch_size=128", "train.max_epochs=2", "train.grace_steps=50",
                              "runtime.threads=1"])
 own = SearchRunner(cfg).run()
 assert set(own.table["status"]) == {"ok"}, own.table

@@ -63,7 +63,7 @@ def kills(env: dict[str, str], work: Path, n: int, trials: int, seed: int) -> di
     from rankitect.search.checkpoint import load_state
 
     rng, parent, survived = random.Random(seed), None, 0
-    argv = ["search", "--strategy", "evolution", "--trials", str(trials), "train.steps=20", "train.warmup_steps=20",
+    argv = ["search", "--strategy", "evolution", "--trials", str(trials), "train.steps=20", "train.grace_steps=20",
             "search.baselines=[dlrm]", *TINY]
     for _ in range(n + 1):
         cmd = rankitect(*argv) if parent is None else rankitect("search", "--resume", parent)
@@ -239,7 +239,7 @@ def baseline_kills(env: dict[str, str], work: Path, cases: list[tuple[str, int, 
 
     uri, rows = env["MLFLOW_TRACKING_URI"], []
     for signame, k, workers in cases:
-        argv = ["search", "--strategy", "random", "--trials", "1", "train.max_epochs=2", "train.warmup_steps=0",
+        argv = ["search", "--strategy", "random", "--trials", "1", "train.max_epochs=2", "train.grace_steps=0",
                 f"search.baselines=[{','.join(BASELINES)}]", f"search.workers={workers}", "search.pruning=none", *TINY]
         argv += [f"search.time_budget={budget}"] if budget else []
         proc = subprocess.Popen(rankitect(*argv), env=env, cwd=work, stdout=subprocess.PIPE,

@@ -15,7 +15,7 @@
    baselines in both), per seed: test NE of the found model (the candidate with the best
    validation NE), candidates trained and candidates per hour.
 3. ``curves``: the validation NE of every validation of each baseline and seed, trained under the
-   protocol with the hopeless rule (not once below NE 1 by the end of ``train.warmup_steps``)
+   protocol with the hopeless rule (not once below NE 1 by the end of ``train.grace_steps``)
    deferred to the end of training: whether a model the default rule stops at its first
    validation would have recovered, and how the others go on after their best.
 """
@@ -119,14 +119,14 @@ def curves(args: argparse.Namespace) -> None:
             arch = get_baseline(model, data.spec)
             for seed in args.seeds:
                 c = replace(cfg, seed=seed)
-                c = replace(c, warmup_steps=Schedule.for_data(c, data).total_steps)
+                c = replace(c, grace_steps=Schedule.for_data(c, data).total_steps)
                 try:
                     out = train_architecture(arch, data, c)
                 except TrialDiverged as e:
                     print(f"{name:10s} {model:7s} {seed:4d} failed: {e}", flush=True)
                     continue
                 curve = [h["val/ne"] for h in out.history]
-                rule = "stops it" if curve[0] >= 1.0 and cfg.warmup_steps <= out.history[0]["step"] else "-"
+                rule = "stops it" if curve[0] >= 1.0 and cfg.grace_steps <= out.history[0]["step"] else "-"
                 print(f"{name:10s} {model:7s} {seed:4d} {out.metrics['val/ne']:8.4f} {out.metrics['test/ne']:7.4f} "
                       f"{rule:>12s}  " + " ".join(f"{x:.4f}" for x in curve), flush=True)
 

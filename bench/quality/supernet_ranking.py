@@ -15,8 +15,8 @@ architecture scored on the validation split twice with the supernet's weights, a
 trained from scratch under the training protocol (``run_trial``). The table gives Kendall's tau-b
 (:func:`rankitect.eval.ranking.kendall_tau`) between each supernet scoring and the stand-alone
 validation NE: 1 ranks as training does, 0 no better than chance. A ``dnas`` phase also reads that
-tau on 5 validation batches every ``search.dnas.rank_every`` steps after its warmup (``--dnas
-rank_every=N``): whether the supernet's ranking still improves when the phase stops.
+tau on 5 validation batches every ``search.dnas.ranking.every`` steps after its weights-only steps
+(``--dnas ranking.every=N``): whether the supernet's ranking still improves when the phase stops.
 
 ``--data`` takes ``adult`` (``../shared/data/adult.csv`` with its schema), ``synthetic`` (the
 default source) or any other ``data.source`` (a registered source name, a file, a cache folder).
@@ -35,14 +35,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from bench.common import SHARED_DATA as SHARED
 from bench.common import parse_args
 
 QUICK = ["data.rows=6000", "train.max_epochs=2", "train.steps=60", "train.val_batches=4", "train.test_batches=2",
-         "train.warmup_steps=10", "train.batch_size=128"]
-QUICK_DNAS = ["supernet_steps=40", "warmup_steps=10", "epochs=1", "rank_every=10"]
+         "train.grace_steps=10", "train.batch_size=128"]
+QUICK_DNAS = ["supernet.steps=40", "weights_only_steps=10", "supernet.epochs=1", "ranking.every=10"]
 
 
 def data_overrides(name: str) -> list[str]:
@@ -91,9 +90,9 @@ def best_baseline(space: Any, data: Any, train_cfg: Any, name: str) -> tuple[Any
 
 
 def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, seed: int,
-                       dnas_settings: dict[str, Any], archs: list[Any], standalone: list[float]) -> Any:
+                       archs: list[Any], standalone: list[float]) -> Any:
     """A supernet trained as the ``dnas`` (leaning towards ``start``) or ``oneshot`` search trains it.
-    A ``dnas`` phase reads its tau against ``standalone`` every ``rank_every`` steps and prints them."""
+    A ``dnas`` phase reads its tau against ``standalone`` every ``ranking.every`` steps and prints them."""
     from rankitect.search.dnas import dnas_search
     from rankitect.search.objective import Objective
     from rankitect.search.oneshot import train_supernet
@@ -102,22 +101,23 @@ def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, s
 
     supernet = build_supernet(space, data.spec, seed)
     if kind == "dnas":
-        dnas = dataclasses.replace(cfg.search.dnas, **dnas_settings)
-        if dnas.epochs == "auto":
-            dnas = dataclasses.replace(dnas, epochs=1.0)
+        dnas = cfg.search.dnas
+        if dnas.supernet.epochs == "auto":
+            dnas = dataclasses.replace(dnas, supernet=dataclasses.replace(dnas.supernet, epochs=1.0))
         val = [b for _, b in zip(range(5), data.split("val").batches(cfg.train.batch_size, shuffle=False))]
         truth = [ne if math.isfinite(ne) else None for ne in standalone]
         check = RankCheck(supernet, [space.encode(a) for a in archs], val, truth=truth)
         dnas_search(supernet, data, cfg.train, dnas, Objective(), seed=seed, start=space.encode(start),
                     rank_check=check, echo=lambda line: print(f"  {line}"))
         taus = " ".join(f"{r.tau_truth:.2f}" for r in check.readings)
-        print(f"  tau against stand-alone every {dnas.rank_every} steps after the warmup: {taus}", flush=True)
+        print(f"  tau against stand-alone every {dnas.ranking.every} steps after the weights-only steps: {taus}",
+              flush=True)
     else:
         train_supernet(supernet, data, cfg.train, cfg.search.oneshot, seed=seed)
     return supernet
 
 
-def one_run(cfg: Any, args: argparse.Namespace, seed: int, dnas_settings: dict[str, Any]) -> dict[str, Any]:
+def one_run(cfg: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Tau of one data set and seed, and the time each part took."""
     from rankitect.data import open_data
     from rankitect.eval.ranking import kendall_tau
@@ -144,7 +144,7 @@ def one_run(cfg: Any, args: argparse.Namespace, seed: int, dnas_settings: dict[s
     trained_s = time.perf_counter() - began
     began = time.perf_counter()
     supernet = train_supernet_for(args.supernet, space, data, dataclasses.replace(cfg, train=train_cfg), start,
-                                  seed, dnas_settings, archs, standalone)
+                                  seed, archs, standalone)
     supernet_s = time.perf_counter() - began
     val = list(data.split("val").batches(train_cfg.batch_size, shuffle=False))[: cfg.search.oneshot.score_batches]
     scorer = make_scorer(supernet, data, train_cfg, cfg.search.oneshot)
@@ -175,13 +175,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--supernet", choices=["dnas", "oneshot"], default="dnas")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override (train.max_epochs=2, data.rows=50000, ...)")
-    parser.add_argument("--dnas", action="append", default=[], metavar="KEY=VALUE", help="a search.dnas setting")
+    parser.add_argument("--dnas", action="append", default=[], metavar="KEY=VALUE",
+                        help="a search.dnas setting (ranking.every=10: search.dnas.ranking.every=10)")
     parser.add_argument("--verbose", action="store_true", help="every architecture's three NEs")
     args = parse_args(parser, {"data": ["synthetic"], "seeds": [0], "archs": 6, "start": "dlrm"}, argv)
     overrides, dnas_items = list(args.set), list(args.dnas)
     if args.quick:  # a smoke run in seconds (6000 rows, short phases), not a measurement
         overrides, dnas_items = [*QUICK, *overrides], [*QUICK_DNAS, *dnas_items]
-    dnas_settings = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in dnas_items)}
+    overrides += [f"search.dnas.{item}" for item in dnas_items]
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                 cfg = load_config(overrides=[*data_overrides(name), f"data.cache_dir={tmp}", "train.progress=false",
                                              *overrides])
                 print(f"{name}, seed {seed}: {args.archs} architectures, {args.supernet} supernet", flush=True)
-                rows.append({"data": name, "seed": seed, **one_run(cfg, args, seed, dnas_settings)})
+                rows.append({"data": name, "seed": seed, **one_run(cfg, args, seed)})
                 r = rows[-1]
                 print(f"  tau {r['tau_shared']:.3f} (supernet weights), {r['tau_tuned']:.3f} (head fine-tuned); "
                       f"n {r['n']}; supernet {r['supernet_s']:.0f} s, stand-alone {r['standalone_s']:.0f} s", flush=True)

@@ -35,7 +35,7 @@ import torch
 
 from bench.common import parse_args
 from bench.speed.nas_cost import cost_bench
-from rankitect.config import DnasConfig, OneShotConfig, load_config
+from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, load_config
 from rankitect.data import open_data
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.dnas import dnas_search
@@ -56,7 +56,7 @@ def timed(fn: Any, *args: Any, **kw: Any) -> tuple[Any, float]:
 
 def run_dnas(space: Any, data: Any, train_cfg: Any, objective: Objective, args: argparse.Namespace) -> dict:
     """DNAS search, then the derived architecture trained from scratch."""
-    cfg = DnasConfig(supernet_steps=args.steps, warmup_steps=args.steps // 6)
+    cfg = DnasConfig(supernet=SupernetConfig(steps=args.steps, epochs="auto"), weights_only_steps=args.steps // 6)
     start = time.perf_counter()
     supernet = build_supernet(space, data.spec, args.seed)
     weights, search_s = timed(dnas_search, supernet, data, train_cfg, cfg, objective, seed=args.seed,
@@ -66,13 +66,14 @@ def run_dnas(space: Any, data: Any, train_cfg: Any, objective: Objective, args: 
     params = sum(p.numel() for p in supernet.parameters())
     return {"arch": arch, "result": out.result, "search_s": search_s, "cand_s": out.result.train_seconds,
             "wall_s": time.perf_counter() - start, "supernet_params": params,
-            "arch_steps": cfg.supernet_steps - cfg.warmup_steps}
+            "arch_steps": cfg.supernet.steps - cfg.weights_only_steps}
 
 
 def run_oneshot(space: Any, data: Any, train_cfg: Any, objective: Objective, args: argparse.Namespace,
                 budget: float, retrain_guess: float) -> dict:
     """Supernet, children scored until the budget leaves room for one retraining, best retrained."""
-    cfg = OneShotConfig(supernet_steps=args.steps, warmup_steps=args.steps // 3, population=args.population,
+    cfg = OneShotConfig(supernet=SupernetConfig(steps=args.steps), widest_decay_steps=args.steps // 3,
+                        population=args.population,
                         sample_size=max(2, args.population // 4))
     start = time.perf_counter()
     supernet = build_supernet(space, data.spec, args.seed)

@@ -10,28 +10,28 @@ options). The architecture weights minimize the expected
 (NE times the ``relaxed`` or ``absolute`` cost per doubling of FLOPs beyond ``search.target_mflops``,
 :mod:`rankitect.search.objective`), by one of two estimators (``search.dnas.estimator``):
 
-* ``reinforce`` (the default): the score function with a leave-one-out baseline. ``samples``
+* ``reinforce`` (the default): the score function with a leave-one-out baseline. ``reinforce.samples``
   paths are drawn from the distribution and scored on one batch with the weights as they are
   (forward only); each path's log-probability moves by how much better its objective is than the
   others' on the same batch (:meth:`ArchStep.reinforce`). Every option competes on its measured
   score, empty ones (no layer, no cross network) included, the batch's difficulty cancels out of
   each comparison, and a path's FLOPs enter exactly. The weights then step on the first path.
 * ``gumbel``: hard Gumbel-softmax samples with a straight-through gradient (GDAS), the
-  temperature annealed from ``tau_start`` to ``tau_end``. The gradient a gate gets is that of
+  temperature annealed from ``gumbel.tau_start`` to ``gumbel.tau_end``. The gradient a gate gets is that of
   scaling its option's output, which is near zero for any option the weights have adapted to,
   and an empty option's gate scales nothing, so it gets no signal of its own: its most probable
   path can drift to the cheapest one even with NE alone as the objective. With ``arch_split: train`` one forward
   and one backward step both; with ``val`` the architecture steps on validation batches.
 
 ``arch_split: train`` scores paths on training batches the weights have not yet seen in this pass
-(the schedule is at most ``epochs`` passes); ``val`` on validation batches. The penalty's gradient
+(the schedule is at most ``supernet.epochs`` passes); ``val`` on validation batches. The penalty's gradient
 of the ``gumbel`` estimator comes from the expected FLOPs, differentiable in the choice
 probabilities (:meth:`ArchStep.objective_of`). The search is sized to the data
-(:func:`dnas_schedule`): at most ``epochs`` passes over the train split (``auto``, the default: as
+(:func:`dnas_schedule`): at most ``supernet.epochs`` passes over the train split (``auto``, the default: as
 many as the baselines took to their best validation, :func:`auto_epochs`), and it stops once the most
 probable architecture has held for ``stable_steps`` architecture steps. It starts around the best
 trained baseline the space holds (``start_logit`` more per choice), as the sampling strategies start
-from the baselines. The most probable architecture (and the next ``top_k - 1``) is then retrained
+from the baselines. The most probable architecture (and the next ``supernet.top_k - 1``) is then retrained
 from scratch and scored on the test split; then the retraining goes on, around the best
 architecture retrained so far, the changes the architecture weights prefer first
 (:class:`DnasSearch`), until ``search.trials`` are trained (or a time budget is spent). The entropy of
@@ -50,8 +50,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from rankitect.config import DnasConfig, SurrogateConfig, TrainConfig
-from rankitect.errors import ConfigError
+from rankitect.config import DnasConfig, SurrogateConfig, TrainConfig, check_section
 from rankitect.data.batch import Batch
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.search.base import STOPPED_TAG, SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
@@ -68,40 +67,23 @@ from rankitect.supernet.ranking import RankCheck, probe_check
 from rankitect.train.protocol import BUDGET_STOP, deadline_passed
 
 
-def check_dnas_config(cfg: DnasConfig) -> None:
-    """Reject settings the loop cannot run with, naming the key."""
-    for key in ("supernet_steps", "arch_every", "top_k", "log_every"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"search.dnas.{key} must be >= 1, got {getattr(cfg, key)!r}")
-    if not (cfg.epochs == "auto" or cfg.epochs > 0) or cfg.stable_steps < 0:
-        raise ConfigError(f"search.dnas.epochs must be > 0 and stable_steps >= 0, got {cfg.epochs!r}, "
-                          f"{cfg.stable_steps!r}")
-    if cfg.estimator not in ("reinforce", "gumbel"):
-        raise ConfigError(f"search.dnas.estimator must be 'reinforce' or 'gumbel', got {cfg.estimator!r}")
-    if cfg.estimator == "reinforce" and cfg.samples < 2:
-        raise ConfigError(f"search.dnas.samples must be >= 2 (each path is scored against the others), got "
-                          f"{cfg.samples!r}")
-    if cfg.warmup_steps < 0 or cfg.arch_lr <= 0:
-        raise ConfigError(f"search.dnas.warmup_steps must be >= 0 and arch_lr > 0, got {cfg.warmup_steps!r}, "
-                         f"{cfg.arch_lr!r}")
-    tau_at(0, 1, cfg.tau_start, cfg.tau_end)  # raises on a non-positive temperature
-
-
 def dnas_schedule(cfg: DnasConfig, train_rows: int, batch_size: int) -> tuple[int, int]:
-    """Weight steps and warmup steps of a search on ``train_rows`` training rows: ``supernet_steps``
-    or ``epochs`` passes over the train split, whichever is fewer, the warmup keeping its share
+    """Weight steps and weights-only steps of a search on ``train_rows`` training rows: ``supernet.steps``
+    or ``supernet.epochs`` passes over the train split, whichever is fewer, the weights-only steps keeping their share
     (:func:`~rankitect.supernet.train.supernet_schedule`, as one-shot's); the temperature anneals
     over the steps run. ``epochs: auto`` not yet resolved (:func:`auto_epochs`) is one pass.
 
-    >>> dnas_schedule(DnasConfig(epochs=1.0), 80_000, 512), dnas_schedule(DnasConfig(epochs=1.0), 10**6, 512)
+    >>> from rankitect.config import SupernetConfig
+    >>> one_pass = DnasConfig(supernet=SupernetConfig(steps=300, epochs=1.0))
+    >>> dnas_schedule(one_pass, 80_000, 512), dnas_schedule(one_pass, 10**6, 512)
     ((157, 26), (300, 50))
     """
-    epochs = 1.0 if cfg.epochs == "auto" else cfg.epochs
-    return supernet_schedule(cfg.supernet_steps, cfg.warmup_steps, epochs, train_rows, batch_size)
+    epochs = 1.0 if cfg.supernet.epochs == "auto" else cfg.supernet.epochs
+    return supernet_schedule(cfg.supernet.steps, cfg.weights_only_steps, epochs, train_rows, batch_size)
 
 
 def auto_epochs(best_steps: list[int], train_rows: int, batch_size: int) -> float:
-    """``search.dnas.epochs: auto``: the median over the trained baselines of the epochs they took to
+    """``search.dnas.supernet.epochs: auto``: the median over the trained baselines of the epochs they took to
     their best validation, at least 1 (1 without any). On data where models improve for many
     epochs a supernet that sees each row once has learnt too little to rank paths by; on data whose
     models peak in their first epoch, one pass is what they need too.
@@ -269,12 +251,12 @@ def dnas_search(
     ``stable_steps`` architecture steps. With ``start`` (a path, e.g. the best baseline's) the
     architecture weights start ``cfg.start_logit`` towards it: the search explores around it, and
     holding the start never stops it early (:class:`Stability`). With ``rank_check`` the supernet's
-    order of its probe paths is read every ``cfg.rank_every`` steps after the warmup (logged as
+    order of its probe paths is read every ``cfg.ranking.every`` steps after the weights-only steps (logged as
     ``rank/*``); with ``cfg.stop == "ranking"`` the loop stops once that order holds instead. Past
     ``deadline`` (a ``time.time()`` instant: the search's time budget) the loop stops with the
     weights it has; ``on_step(step, steps)`` sees every step.
     """
-    check_dnas_config(cfg)
+    check_section(cfg, "search.dnas")
     steps, warmup = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
     generator = torch.Generator().manual_seed(seed)
     weights = ArchitectureWeights(supernet.space)
@@ -289,24 +271,24 @@ def dnas_search(
     stable = Stability(supernet.space, cfg.stable_steps, start)
     bar = tqdm(range(steps), desc="dnas", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        tau = tau_at(step, steps, cfg.tau_start, cfg.tau_end)
+        tau = tau_at(step, steps, cfg.gumbel.tau_start, cfg.gumbel.tau_end)
         arch_now = step >= warmup and (step - warmup) % cfg.arch_every == 0
         reinforce = cfg.estimator == "reinforce"
         if arch_now and cfg.arch_split == "train":  # one pass over the batch steps weights and architecture
-            row = (arch_step.reinforce(next(train_it), generator, cfg.samples, train=True) if reinforce
+            row = (arch_step.reinforce(next(train_it), generator, cfg.reinforce.samples, train=True) if reinforce
                    else arch_step.joint(next(train_it), generator, tau))
         else:
             row = {"train/loss": trainer.step(next(train_it), weights.sample(generator))}
             if arch_now:
-                row.update(arch_step.reinforce(next(val_it), generator, cfg.samples) if reinforce
+                row.update(arch_step.reinforce(next(val_it), generator, cfg.reinforce.samples) if reinforce
                            else arch_step(next(val_it), generator, tau))
         row["train/skipped"] = float(trainer.skipped)
         done = arch_now and stable.update(weights.argmax()) and cfg.stop == "argmax"
-        if rank_check is not None and step >= warmup and (step + 1 - warmup) % cfg.rank_every == 0:
+        if rank_check is not None and step >= warmup and (step + 1 - warmup) % cfg.ranking.every == 0:
             reading = rank_check.read()  # stop: ranking, once the supernet's order of the probes holds
             row.update({"rank/tau_previous": reading.tau_previous, "rank/tau_baselines": reading.tau_truth})
             done = done or (cfg.stop == "ranking" and rank_check.stable)
-        if curves is not None and (step % cfg.log_every == 0 or step == steps - 1 or done):
+        if curves is not None and (step % cfg.supernet.log_every == 0 or step == steps - 1 or done):
             entropy = {f"entropy/{label}": h for label, h in weights.entropy().items()}
             curves.log(step, {**row, **entropy, "arch/tau": tau, "arch/expected_mflops": arch_step.expected_mflops(),
                               "arch/stable_steps": float(stable.held)})
@@ -337,7 +319,7 @@ class Stability:
     the start says nothing yet about the data, so it never ends the search: the count may end it
     only once the most probable architecture has left the start (and then any path, the start
     again included, holding ``patience`` steps does). A start that is never left runs the
-    schedule, which ``epochs`` and ``supernet_steps`` bound.
+    schedule, which ``supernet.epochs`` and ``supernet.steps`` bound.
 
     Args:
         space: decodes paths (paths that differ only in labels the architecture does not read are one).
@@ -362,7 +344,7 @@ class Stability:
 
 @register_strategy("dnas")
 class DnasSearch(Guided, PlanProposer):
-    """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``top_k``
+    """``rankitect search --strategy dnas``: :func:`dnas_search` (:meth:`search`), then the ``supernet.top_k``
     most probable architectures proposed to be retrained from scratch.
 
     Where ``fill`` (``search.trials``) is more than ``top_k`` the retraining goes on once those are done, and
@@ -388,7 +370,6 @@ class DnasSearch(Guided, PlanProposer):
     """
 
     config_class = DnasConfig
-    check_config = staticmethod(check_dnas_config)
 
     def __init__(self, space: Space, *, seed: int, objective: Objective | None = None,
                  config: DnasConfig | None = None, rocs: bool = False, fill: int = 0,
@@ -410,7 +391,7 @@ class DnasSearch(Guided, PlanProposer):
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         """Keep a trained baseline the space holds: the search starts around the best one (and
-        never retrains it). Every trained baseline tells ``epochs: auto`` how long models take here."""
+        never retrains it). Every trained baseline tells ``supernet.epochs: auto`` how long models take here."""
         super().observe(arch, result)
         self.learn(arch, result)
         if result.ok:
@@ -428,9 +409,10 @@ class DnasSearch(Guided, PlanProposer):
         run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
         curves = CurveLogger(tracker, run_id)
         rows, batch_size = len(data.split("train")), context.train_cfg.batch_size
-        if cfg.epochs == "auto":
-            cfg = replace(cfg, epochs=auto_epochs(self._best_steps, rows, batch_size))
-            context.echo(f"dnas: epochs auto: {cfg.epochs:.1f} (the baselines' median epochs to their best validation)")
+        if cfg.supernet.epochs == "auto":
+            cfg = replace(cfg, supernet=replace(cfg.supernet, epochs=auto_epochs(self._best_steps, rows, batch_size)))
+            context.echo(f"dnas: epochs auto: {cfg.supernet.epochs:.1f} (the baselines' median epochs to their best "
+                         "validation)")
         steps, warmup = dnas_schedule(cfg, rows, batch_size)
         context.echo(f"dnas: supernet of {sum(p.numel() for p in supernet.parameters()):,} parameters, "
                      f"at most {steps} steps (architecture steps from step {warmup})")
@@ -448,10 +430,10 @@ class DnasSearch(Guided, PlanProposer):
         save_supernet(tracker, run_id, supernet, self.space, data.spec)
         tracker.log_dict(run_id, self.weights.to_dict(), "architecture_probs.json")
         tracker.end_run(run_id, "FINISHED")
-        paths = self.weights.most_probable(cfg.top_k + len(self.trained))
+        paths = self.weights.most_probable(cfg.supernet.top_k + len(self.trained))
         flops = {self.space.decode(p).hash: supernet.path_flops(p) / 1e6 for p in paths}
-        archs = self.untrained([self.space.decode(p) for p in paths], cfg.top_k)
-        if check is not None and not self._ranks(check, context.echo) and self.fill > cfg.top_k and self.scored:
+        archs = self.untrained([self.space.decode(p) for p in paths], cfg.supernet.top_k)
+        if check is not None and not self._ranks(check, context.echo) and self.fill > cfg.supernet.top_k and self.scored:
             archs = []  # what it chose is not worth training first: the climb around the best baseline starts
         for arch in archs:
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
@@ -461,17 +443,18 @@ class DnasSearch(Guided, PlanProposer):
         return archs
 
     def _ranks(self, check: RankCheck, echo: Callable[[str], None]) -> bool:
-        """Whether the supernet ranks the trained baselines it holds at ``rank_tau`` or better (said
+        """Whether the supernet ranks the trained baselines it holds at ``ranking.min_kendall_tau`` or better (said
         either way); with fewer than three there is nothing to judge by, and it is trusted. Scores
         all tied (tau ``nan``) rank nothing."""
         tau = check.read().tau_truth
         if check.known < 3:
             return True
-        ranks = tau >= self.config.rank_tau  # False for nan
+        ranks = tau >= self.config.ranking.min_kendall_tau  # False for nan
         echo(f"dnas: the supernet ranks the {check.known} trained baselines it holds at Kendall tau {tau:.2f}"
-             + ("" if ranks else f", below search.dnas.rank_tau {self.config.rank_tau:g}: it cannot rank here, so "
+             + ("" if ranks else f", below search.dnas.ranking.min_kendall_tau {self.config.ranking.min_kendall_tau:g}"
+                ": it cannot rank here, so "
                 + ("retraining starts at once from changes of the best trained architecture"
-                   if self.fill > self.config.top_k else "what it chose is retrained, but trust it less")))
+                   if self.fill > self.config.supernet.top_k else "what it chose is retrained, but trust it less")))
         return ranks
 
     def start(self, context: SearchContext) -> None:
@@ -485,7 +468,7 @@ class DnasSearch(Guided, PlanProposer):
         try:
             arch = super().ask()
         except SpaceExhausted:
-            if self.fill <= self.config.top_k or self.weights is None:
+            if self.fill <= self.config.supernet.top_k or self.weights is None:
                 raise
             arch = self._climb(self.weights)
             self._climbing = True
@@ -580,4 +563,4 @@ class DnasSearch(Guided, PlanProposer):
                     a.copy_(torch.tensor(state["logits"][label]))
 
 
-__all__ = ["ArchStep", "DnasSearch", "Stability", "auto_epochs", "check_dnas_config", "dnas_schedule", "dnas_search"]
+__all__ = ["ArchStep", "DnasSearch", "Stability", "auto_epochs", "dnas_schedule", "dnas_search"]

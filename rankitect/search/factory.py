@@ -8,10 +8,13 @@ Objective(target_mflops=2.0, penalty='absolute', weight=0.01)
 Objective(target_mflops=None, penalty='relaxed', weight=0.01)
 >>> sorted(strategy_options_from_config(cfg.search))
 ['population', 'sample_size', 'surrogate']
+>>> section_of(cfg.search, "dnas").supernet.steps, section_of(cfg.search, "tpe")
+(300, None)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rankitect.config import SearchConfig
@@ -43,18 +46,32 @@ def check_names(cfg: SearchConfig) -> None:
         raise ConfigError(f"config key 'search.baselines': unknown baseline {unknown[0]!r}; known: {sorted(BASELINES)}")
 
 
+def section_of(cfg: SearchConfig, name: str) -> Any | None:
+    """Strategy ``name``'s own section of ``search`` (``search.evolution``, ``search.oneshot``,
+    ``search.dnas``: the section named like it), None for a strategy without one."""
+    section = getattr(cfg, name, None) if name in {f.name for f in dataclasses.fields(cfg)} else None
+    return section if dataclasses.is_dataclass(section) else None
+
+
+def section_options(section: Any, accepted: dict[str, Any]) -> dict[str, Any]:
+    """A strategy's section as its constructor takes it: whole as ``config`` where it has that
+    keyword (a section with sections of its own), else one keyword per key."""
+    if section is None:
+        return {}
+    if "config" in accepted:
+        return {"config": section}
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+
+
 def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
-    """The options of ``cfg.strategy`` that the config sets (shared storage only when given)."""
+    """The options of ``cfg.strategy`` that the config sets: its own section (:func:`section_of`),
+    then the shared ones it accepts (shared storage only when given)."""
     check_names(cfg)
     if cfg.storage is not None and not cfg.study_name:
         raise ConfigError(f"config key 'search.study_name': needed with search.storage={cfg.storage!r}, "
                           "so that the processes sharing the storage find one study")
     accepted = strategy_options(cfg.strategy)
-    options: dict[str, Any] = {}
-    if cfg.strategy == "evolution":
-        options.update(population=cfg.evolution.population, sample_size=cfg.evolution.sample_size)
-    if "config" in accepted:  # a section of its own, named like it: search.oneshot, search.dnas
-        options["config"] = getattr(cfg, cfg.strategy)
+    options = section_options(section_of(cfg, cfg.strategy), accepted)
     if "rocs" in accepted:
         options["rocs"] = cfg.rocs
     if "surrogate" in accepted:

@@ -37,7 +37,8 @@ from rankitect.config import Config, flatten, to_dict
 MAY_CHANGE: tuple[str, ...] = (
     "search.trials", "search.time_budget", "search.workers", "search.seed", "search.keep_top_k",
     "search.storage", "search.study_name", "search.output_dir",
-    "search.oneshot.top_k", "search.dnas.top_k", "search.oneshot.log_every", "search.dnas.log_every",
+    "search.oneshot.supernet.top_k", "search.dnas.supernet.top_k",
+    "search.oneshot.supernet.log_every", "search.dnas.supernet.log_every",
     "train.progress", "runtime.", "track.", "data.",
 )
 SYNTHETIC_KEYS = ("data.source", "data.rows", "data.seed")  # the generator's parameters (synthetic data)

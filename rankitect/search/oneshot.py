@@ -4,8 +4,8 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
 
 1. **Supernet training** by uniform single-path sampling: each step draws a path of the space
    uniformly; during warm-up the widest path is drawn instead with a probability falling linearly
-   from 1 to 0 at ``warmup_steps``, so every weight gets trained early. Like DNAS's, the training
-   is sized to the data (:func:`oneshot_schedule`): ``supernet_steps`` or ``epochs`` passes over
+   from 1 to 0 over ``widest_decay_steps``, so every weight gets trained early. Like DNAS's, the training
+   is sized to the data (:func:`oneshot_schedule`): ``supernet.steps`` or ``supernet.epochs`` passes over
    the train split, whichever is fewer, the warm-up keeping its share of the steps.
 2. **Regularized evolution** (:class:`~rankitect.search.evolution.RegularizedEvolution`) where each
    child is scored without training it: its weights are cut from the supernet, its head is
@@ -15,7 +15,7 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
    (:func:`seed_population`): the first tournaments mutate what engineers build, as in the
    sampling strategies, and the random initial population is that much smaller. They count
    towards the ``population + children`` scored paths.
-3. **Retraining** of the best scored children from scratch (``run_trial``), ``top_k`` or
+3. **Retraining** of the best scored children from scratch (``run_trial``), ``supernet.top_k`` or
    ``search.trials`` of them where that is more, best first (where evolution scored fewer distinct
    children, mutations of the best trained architecture follow): they are the search's candidates,
    with test metrics, next to the baselines in the Pareto table.
@@ -37,7 +37,6 @@ from torch.func import functional_call
 from tqdm import tqdm
 
 from rankitect.config import OneShotConfig, TrainConfig
-from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch, concat_batches
 from rankitect.eval.metrics import MetricAccumulator
 from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
@@ -55,22 +54,6 @@ from rankitect.train.protocol import BUDGET_STOP, deadline_passed
 SCORED = "scored"
 
 
-def check_oneshot_config(cfg: OneShotConfig) -> None:
-    """Reject settings the loop cannot run with, naming the key."""
-    for key in ("supernet_steps", "population", "sample_size", "score_batches", "top_k", "log_every"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"search.oneshot.{key} must be >= 1, got {getattr(cfg, key)!r}")
-    for key in ("warmup_steps", "children", "finetune_batches", "finetune_steps"):
-        if getattr(cfg, key) < 0:
-            raise ConfigError(f"search.oneshot.{key} must be >= 0, got {getattr(cfg, key)!r}")
-    if not cfg.epochs > 0:
-        raise ConfigError(f"search.oneshot.epochs must be > 0, got {cfg.epochs!r}")
-    if cfg.finetune_steps and not cfg.finetune_batches:
-        raise ConfigError("search.oneshot.finetune_steps needs finetune_batches >= 1")
-    if cfg.sample_size > cfg.population:
-        raise ConfigError(f"search.oneshot.sample_size={cfg.sample_size} exceeds population={cfg.population}")
-
-
 def oneshot_schedule(cfg: OneShotConfig, train_rows: int, batch_size: int) -> tuple[int, int]:
     """Supernet steps and warm-up steps (the widest path's probability reaching 0) on ``train_rows``
     training rows (:func:`~rankitect.supernet.train.supernet_schedule`).
@@ -78,7 +61,7 @@ def oneshot_schedule(cfg: OneShotConfig, train_rows: int, batch_size: int) -> tu
     >>> oneshot_schedule(OneShotConfig(), 80_000, 512), oneshot_schedule(OneShotConfig(), 10**6, 512)
     ((157, 52), (600, 200))
     """
-    return supernet_schedule(cfg.supernet_steps, cfg.warmup_steps, cfg.epochs, train_rows, batch_size)
+    return supernet_schedule(cfg.supernet.steps, cfg.widest_decay_steps, cfg.supernet.epochs, train_rows, batch_size)
 
 
 def widest_probability(step: int, warmup_steps: int) -> float:
@@ -111,10 +94,11 @@ def train_supernet(
         skipped = trainer.skipped
         losses.append(trainer.step(next(stream), path))
         taken.append(trainer.skipped == skipped)
-        if step % cfg.log_every == 0 or step == steps - 1:
-            window = [loss for loss, ok in zip(losses[-cfg.log_every:], taken[-cfg.log_every:]) if ok]
+        every = cfg.supernet.log_every
+        if step % every == 0 or step == steps - 1:
+            window = [loss for loss, ok in zip(losses[-every:], taken[-every:]) if ok]
             row = {"train/loss": float(np.mean(window)) if window else math.nan,
-                   "train/skipped": 1.0 - float(np.mean(taken[-cfg.log_every:])), "train/p_widest": p_widest}
+                   "train/skipped": 1.0 - float(np.mean(taken[-every:])), "train/p_widest": p_widest}
             bar.set_postfix(loss=f"{row['train/loss']:.4f}", skipped=trainer.skipped)
             if curves is not None:
                 curves.log(step, row)
@@ -243,7 +227,7 @@ def best_scored(scored: list[tuple[Architecture, TrialResult]], objective: Objec
 @register_strategy("oneshot")
 class OneShotSearch(PlanProposer):
     """``rankitect search --strategy oneshot``: supernet training and evolution on inherited weights
-    (:meth:`search`), then the best children proposed to be retrained from scratch: ``top_k``, or
+    (:meth:`search`), then the best children proposed to be retrained from scratch: ``supernet.top_k``, or
     ``search.trials`` where that is more (``fill``), best first.
 
     Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
@@ -251,7 +235,6 @@ class OneShotSearch(PlanProposer):
     """
 
     config_class = OneShotConfig
-    check_config = staticmethod(check_oneshot_config)
 
     def __init__(self, space: Any, *, seed: int, objective: Objective | None = None,
                  config: OneShotConfig | None = None, rocs: bool = False, fill: int = 0) -> None:
@@ -310,7 +293,7 @@ class OneShotSearch(PlanProposer):
         return self.ranked(worst_first=True)
 
     def search(self, context: SearchContext) -> list[Architecture]:
-        """Train the supernet, evolve on its weights; the ``top_k`` best children by objective."""
+        """Train the supernet, evolve on its weights; the ``supernet.top_k`` best children by objective."""
         cfg, seed, data, tracker = self.config, context.seed, context.data, context.tracker
         memory = check_supernet_memory(self.space, data.spec, context.memory_budget, context.flops_range)
         context.echo(f"oneshot: supernet estimated at {memory.describe()}")
@@ -345,5 +328,5 @@ class OneShotSearch(PlanProposer):
         return self.untrained(best_scored(scored, self.objective, self.plan_size + len(self.trained)), self.plan_size)
 
 
-__all__ = ["ChildScorer", "OneShotSearch", "best_scored", "check_oneshot_config", "evolve", "make_scorer",
+__all__ = ["ChildScorer", "OneShotSearch", "best_scored", "evolve", "make_scorer",
            "oneshot_schedule", "score", "seed_population", "train_supernet", "widest_probability"]

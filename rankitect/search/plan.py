@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rankitect.config import check_section
 from rankitect.errors import ConfigError
 from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, arch_hash
 
@@ -23,19 +24,18 @@ class PlanProposer(Strategy):
     """Proposes the architectures its own :meth:`search` chose, each once (never pruned: each was
     chosen to be trained in full).
 
-    A subclass names its section's dataclass (:attr:`config_class`) and the check that refuses
-    settings it cannot run with (:attr:`check_config`).
+    A subclass names its section's dataclass (:attr:`config_class`); the section is checked against
+    the config's one range table (:func:`~rankitect.config.check_section`).
 
     Args:
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         config: the strategy's section (``search.oneshot``, ``search.dnas``); None: its defaults.
         rocs: the space is ROCS-masked (refused: no supernet holds ROCS-masked blocks yet).
         fill: plan this many architectures (``search.trials``) where that is more than
-            ``config.top_k`` (see :attr:`plan_size`); 0: ``top_k``.
+            ``config.supernet.top_k`` (see :attr:`plan_size`); 0: ``top_k``.
     """
 
-    config_class: ClassVar[type | None] = None  # the section's dataclass, with a top_k
-    check_config: ClassVar[Any] = staticmethod(lambda config: None)  # raises ConfigError naming the key
+    config_class: ClassVar[type | None] = None  # the section's dataclass, with a supernet.top_k
 
     prunable: ClassVar[bool] = False
 
@@ -44,7 +44,7 @@ class PlanProposer(Strategy):
         if config is None and self.config_class is not None:
             config = self.config_class()
         if config is not None:
-            self.check_config(config)
+            check_section(config, f"search.{self.name}")
         self.config = config
         if rocs:
             raise ConfigError(f"config key 'search.rocs': the {self.name} supernet holds no ROCS-masked blocks yet; "
@@ -60,11 +60,11 @@ class PlanProposer(Strategy):
 
     @property
     def plan_size(self) -> int:
-        """Architectures to train: the section's ``top_k``, or ``fill`` where that is more (a search
+        """Architectures to train: the section's ``supernet.top_k``, or ``fill`` where that is more (a search
         trains ``search.trials`` candidates, as a sampling strategy does: oneshot plans that many, best
         first; dnas retrains its ``top_k`` and climbs from there, :class:`~rankitect.search.dnas.DnasSearch`).
         A time budget may end the retraining before."""
-        return max(self.config.top_k, self.fill)
+        return max(self.config.supernet.top_k, self.fill)
 
     def budget(self, trials: int) -> int:
         return self.plan_size

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from rankitect.config import Config, config_from_dict, to_dict
+from rankitect.config import Config, config_from_dict, rename_old_keys, to_dict
 from rankitect.errors import UserError
 from rankitect.search.base import STOPPED_TAG, Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
@@ -154,7 +154,8 @@ class SearchRunner:
         """Refuse to resume ``state``, or to join the shared search, with another identity than
         the search's (see :mod:`rankitect.search.identity`)."""
         if state is not None:
-            recorded = state.identity or config_identity(config_from_dict(state.config))  # older checkpoints
+            # an older checkpoint: its config, keys renamed since moved over
+            recorded = state.identity or config_identity(config_from_dict(rename_old_keys(state.config)))
             refuse_difference(mine, recorded, f"--resume {state.parent_run_id}", "here")
         elif self.shared is not None:
             recorded = self.shared.identity()
@@ -186,7 +187,7 @@ class SearchRunner:
         if not path:
             raise UserError(f"--resume {run_id}: that run is not a rankitect search (no {CHECKPOINT_TAG} tag)")
         state = load_state(Path(path))
-        saved = config_from_dict(state.config, list(overrides))
+        saved = config_from_dict(rename_old_keys(state.config), list(overrides))
         saved.track = cfg.track
         return cls(saved, state=state, **kw)
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rankitect.config import check_section
 from rankitect.search.base import Space, TrialResult, arch_hash
 from rankitect.search.objective import Objective
 
@@ -193,9 +194,11 @@ class Guide:
 
     @classmethod
     def from_config(cls, space: Space, seed: int, cfg: SurrogateConfig | None) -> Guide | None:
-        """The guide of ``search.surrogate`` (None when it is off or not given)."""
+        """The guide of ``search.surrogate`` (None when it is off or not given); a section given
+        directly is checked against the config's one range table, as a loaded one is."""
         if cfg is None or not cfg.enabled:
             return None
+        check_section(cfg, "search.surrogate")
         return cls(space, seed=seed, candidates=cfg.candidates, kappa=cfg.kappa, min_trials=cfg.min_trials)
 
     def use_data(self, data: Any) -> None:

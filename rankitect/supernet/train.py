@@ -46,8 +46,6 @@ def memory_budget(gb: float | None) -> int | None:
     if gb is None:
         ram = physical_memory()
         return ram // 2 if ram else None
-    if not (gb > 0 and math.isfinite(gb)):
-        raise ConfigError(f"config key 'runtime.memory_budget': expected a number of GB > 0 or null, got {gb!r}")
     return int(gb * 1e9)
 
 

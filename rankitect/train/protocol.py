@@ -16,8 +16,8 @@ returns its best state so far and says it was stopped (:attr:`Protocol.stopped`)
 
 Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
 model that has not once validated below 1 (no better than predicting the base rate) by a validation
-at or after ``train.warmup_steps`` is ended as hopeless; and a best validation NE that is not
-below 1 when training ends fails the training, whatever the warm-up. A model that was below 1 and
+at or after ``train.grace_steps`` is ended as hopeless; and a best validation NE that is not
+below 1 when training ends fails the training, whatever the grace. A model that was below 1 and
 then rises above it is overfitting, not diverging: early stopping ends it and its best state stays.
 
 >>> from rankitect.config import TrainConfig
@@ -103,11 +103,11 @@ def validation_interval(epoch_steps: int, val_batches: int) -> int:
 
 
 def check_warmup(cfg: TrainConfig, total_steps: int | None = None) -> None:
-    """A divergence warm-up longer than the training is a config error naming both keys."""
+    """A grace longer than the training (the hopeless rule would never run) is a config error naming both keys."""
     steps = cfg.steps if total_steps is None else total_steps
-    if steps is not None and cfg.warmup_steps > steps:
+    if steps is not None and cfg.grace_steps > steps:
         what = "train.steps" if total_steps is None or total_steps == cfg.steps else "train.max_epochs"
-        raise ConfigError(f"config key 'train.warmup_steps': {cfg.warmup_steps} is longer than the training "
+        raise ConfigError(f"config key 'train.grace_steps': {cfg.grace_steps} is longer than the training "
                           f"({what} gives {steps} steps); the divergence guard would never run")
 
 
@@ -117,7 +117,7 @@ class Protocol(pl.Callback):
     Args:
         model: the module whose state is kept (the un-wrapped model, not a compiled twin).
         val_batches: a callable giving a fresh iterator over the validation batches.
-        cfg: ``patience``, ``val_batches``, ``warmup_steps``.
+        cfg: ``patience``, ``val_batches``, ``grace_steps``.
         schedule: when to validate.
         report: called after each validation with its index (from 1), the best validation NE so far
             and whether training ends there anyway; may raise.
@@ -169,9 +169,9 @@ class Protocol(pl.Callback):
         ne = metrics["val/ne"]
         if not math.isfinite(ne):
             raise TrialDiverged(f"validation NE is {ne} at step {step}")
-        if min(ne, self.best_ne) >= 1.0 and step >= self.cfg.warmup_steps:
+        if min(ne, self.best_ne) >= 1.0 and step >= self.cfg.grace_steps:
             raise TrialDiverged(f"validation NE is {ne:.4f} at step {step}: not once below 1 by the end of the "
-                                f"warm-up ({self.cfg.warmup_steps} steps)")
+                                f"grace (train.grace_steps={self.cfg.grace_steps})")
         if ne < self.best_ne:
             self.best_ne, self.best_step, self._since_best = ne, step, 0
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}

@@ -24,7 +24,7 @@ from .test_runner import _children, _client
 
 BASELINES = ["dlrm", "deepfm", "dcnv2"]
 TINY = [
-    f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.warmup_steps=0",
+    f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.grace_steps=0",
     "train.val_batches=2", "train.test_batches=2", "runtime.threads=1", f"search.baselines=[{','.join(BASELINES)}]",
     "search.strategy=random", "search.trials=1", "search.pruning=none", "search.target_mflops=null",
 ]

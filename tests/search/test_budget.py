@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
+from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, TrainConfig
 from rankitect.search.budget import TimeBudget
 from rankitect.search.dnas import dnas_search
 from rankitect.search.objective import Objective
@@ -21,7 +21,7 @@ from tests.learnable import learnable_source
 from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
 
-TRAIN = TrainConfig(batch_size=64, max_epochs=3, progress=False, warmup_steps=0, test_batches=2)
+TRAIN = TrainConfig(batch_size=64, max_epochs=3, progress=False, grace_steps=0, test_batches=2)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_a_training_past_its_deadline_validates_once_more_and_says_it_stopped(mo
         steps.append(step)
         now[0] += 1.0
 
-    cfg = replace(TRAIN, max_epochs=2, warmup_steps=64)
+    cfg = replace(TRAIN, max_epochs=2, grace_steps=64)
     out = train_architecture(get_baseline("dlrm", data.spec), data, cfg, deadline=1040.0, on_step=tick)
     assert steps == list(range(1, 41)) and out.steps == 40 and out.stopped == "time budget"
     assert [h["step"] for h in out.history] == [32.0, 40.0]  # the epoch's validation, then one at the cut
@@ -60,7 +60,7 @@ def test_a_training_past_its_deadline_validates_once_more_and_says_it_stopped(mo
 def test_a_dnas_supernet_past_its_deadline_stops_at_its_next_step(data) -> None:
     space = get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 2})
     supernet, lines, steps = build_supernet(space, data.spec, 0), [], []
-    cfg = DnasConfig(supernet_steps=400, warmup_steps=5, epochs=1e6, stable_steps=0)
+    cfg = DnasConfig(supernet=SupernetConfig(steps=400, epochs=1e6), weights_only_steps=5, stable_steps=0)
     dnas_search(supernet, data, TRAIN, cfg, Objective(), seed=0, echo=lines.append, deadline=time.time(),
                 on_step=lambda step, total: steps.append((step, total)))
     assert steps == [(1, 400)] and lines == ["dnas: stopped by the time budget after 1 of 400 steps"]
@@ -69,7 +69,7 @@ def test_a_dnas_supernet_past_its_deadline_stops_at_its_next_step(data) -> None:
 def test_a_oneshot_supernet_past_its_deadline_stops_at_its_next_step(data) -> None:
     space = get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 2})
     supernet = build_supernet(space, data.spec, 0)
-    cfg = OneShotConfig(supernet_steps=20, warmup_steps=5, epochs=100.0)
+    cfg = OneShotConfig(supernet=SupernetConfig(steps=20, epochs=100.0), widest_decay_steps=5)
     losses = train_supernet(supernet, data, TRAIN, cfg, seed=0, deadline=time.time())
     assert len(losses) == 1
     assert len(train_supernet(build_supernet(space, data.spec, 0), data, TRAIN, cfg, seed=0)) == 20

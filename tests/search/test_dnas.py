@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rankitect.cli import main
-from rankitect.config import DnasConfig, TrainConfig
+from rankitect.config import DnasConfig, SupernetConfig, TrainConfig
 from rankitect.data.store import ClickData
 from rankitect.search.dnas import ArchStep, Stability, dnas_schedule, dnas_search
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops
@@ -129,8 +129,8 @@ def run_dnas(
 ) -> tuple[Supernet, ArchitectureWeights]:
     supernet = build_supernet(space or three_slots(), data.spec, seed)
     # every step run: these tests check where a fixed number of steps leads, not when to stop
-    cfg = DnasConfig(supernet_steps=steps, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=0,
-                     estimator=estimator)
+    cfg = DnasConfig(supernet=SupernetConfig(steps=steps, epochs=1e6), weights_only_steps=5, arch_lr=0.3,
+                     stable_steps=0, estimator=estimator)
     return supernet, dnas_search(supernet, data, TRAIN, cfg, objective, seed=seed)
 
 
@@ -239,8 +239,8 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", f"data.source={learnable_source()}",
                  "search.trials=1", "train.max_epochs=1", "search.space=nasrec", "search.flops_range=null",
                  "train.batch_size=64", "train.val_batches=2", "train.test_batches=2",
-                 "train.progress=false", "search.dnas.supernet_steps=12", "search.dnas.warmup_steps=4",
-                 "search.dnas.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])
+                 "train.progress=false", "search.dnas.supernet.steps=12", "search.dnas.weights_only_steps=4",
+                 "search.dnas.supernet.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])
     assert code == 0
     out = capsys.readouterr().out
     parent = out.split("MLflow search run: ")[1].split()[0]
@@ -322,7 +322,8 @@ class _Steps:
 def test_search_stops_once_the_most_probable_architecture_holds(data: ClickData) -> None:
     supernet = build_supernet(three_slots(), data.spec, 0)
     curves, lines = _Steps(), []
-    cfg = DnasConfig(supernet_steps=400, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=10, log_every=1000)
+    cfg = DnasConfig(supernet=SupernetConfig(steps=400, epochs=1e6, log_every=1000), weights_only_steps=5, arch_lr=0.3,
+                     stable_steps=10)
     dnas_search(supernet, data, TRAIN, cfg, Objective(), seed=0, curves=curves, echo=lines.append)
     assert len(lines) == 1 and curves.steps[-1] < 399  # stopped early, and logged the step it stopped at
     assert f"stopped after {curves.steps[-1] + 1} of 400 steps" in lines[0]
@@ -330,9 +331,11 @@ def test_search_stops_once_the_most_probable_architecture_holds(data: ClickData)
 
 def test_schedule_runs_at_most_the_epochs_asked() -> None:
     per_epoch = -(-10_000 // 64)  # ceil
-    assert dnas_schedule(DnasConfig(supernet_steps=10**6, epochs=2.0, warmup_steps=100), 10_000, 64) == (
+    assert dnas_schedule(DnasConfig(supernet=SupernetConfig(steps=10**6, epochs=2.0), weights_only_steps=100),
+                         10_000, 64) == (
         2 * per_epoch, 100 * 2 * per_epoch // 10**6)
-    assert dnas_schedule(DnasConfig(supernet_steps=50, epochs=2.0, warmup_steps=10), 10_000, 64) == (50, 10)
+    assert dnas_schedule(DnasConfig(supernet=SupernetConfig(steps=50, epochs=2.0), weights_only_steps=10),
+                         10_000, 64) == (50, 10)
 
 
 def test_leaning_towards_a_path_makes_its_architecture_the_most_probable() -> None:
@@ -393,7 +396,8 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
 
     space = three_slots()
     per_epoch = -(-len(data.split("train")) // TRAIN.batch_size)
-    strategy = DnasSearch(space, seed=0, objective=Objective(), config=DnasConfig(supernet_steps=10**6))
+    config = DnasConfig(supernet=SupernetConfig(steps=10**6, epochs="auto"))
+    strategy = DnasSearch(space, seed=0, objective=Objective(), config=config)
     inside = space.decode(space.sample(np.random.default_rng(1)))
     strategy.observe(inside, TrialResult(val_ne=0.8, mflops=1.0, best_step=2 * per_epoch))
     strategy.observe(get_baseline("wukong", data.spec), TrialResult(val_ne=0.7, mflops=1.0, best_step=6 * per_epoch))

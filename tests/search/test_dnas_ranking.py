@@ -1,5 +1,5 @@
 """The supernet's order of probe paths: readings, a stop once it holds, and DNAS handing over to
-retraining where the supernet ranks the trained baselines worse than search.dnas.rank_tau."""
+retraining where the supernet ranks the trained baselines worse than search.dnas.ranking.min_kendall_tau."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankitect.config import DnasConfig
+from rankitect.config import DnasConfig, RankingConfig, SupernetConfig
 from rankitect.data.store import ClickData
 from rankitect.search.base import SearchContext, TrialResult
 from rankitect.search.dnas import DnasSearch, dnas_search
@@ -67,8 +67,8 @@ def test_search_stops_once_the_probes_order_holds(data: ClickData) -> None:
     supernet = build_supernet(three_slots(), data.spec, 0)
     check = RankCheck(supernet, paths(supernet.space, 4), [next(iter(data.split("val").batches(64, shuffle=False)))],
                       stable_tau=-1.0, patience=2)  # any order holds: the second reading after warmup stops it
-    cfg = DnasConfig(supernet_steps=400, warmup_steps=5, arch_lr=0.3, epochs=1e6, stable_steps=1, log_every=1000,
-                     stop="ranking", rank_every=3)
+    cfg = DnasConfig(supernet=SupernetConfig(steps=400, epochs=1e6, log_every=1000), weights_only_steps=5, arch_lr=0.3,
+                     stable_steps=1, stop="ranking", ranking=RankingConfig(every=3))
     curves, lines = _Steps(), []
     dnas_search(supernet, data, TRAIN, cfg, Objective(), seed=0, curves=curves, echo=lines.append, rank_check=check)
     assert len(check.readings) == 3 and curves.steps[-1] == 5 + 3 * 3 - 1  # readings after steps 7, 10, 13
@@ -105,7 +105,8 @@ def test_dnas_hands_over_to_retraining_where_the_supernet_cannot_rank(data: Clic
     said = [ln for ln in lines if "Kendall tau" in ln]
     assert len(said) == 1 and "3 trained baselines" in said[0]
     first = strategy.ask()
-    if tau < DnasConfig().rank_tau:  # its choice skipped: the first is a change of the best baseline, prunable
+    # below the threshold its choice is skipped: the first is a change of the best baseline, prunable
+    if tau < DnasConfig().ranking.min_kendall_tau:
         assert "cannot rank here" in said[0] and strategy.plan == [] and strategy.prunable
         assert first != space.decode(weights.argmax())
     else:

@@ -141,7 +141,7 @@ def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) ->
 
     cfg = load_config(overrides=[*TINY, "search.trials=4", "search.keep_top_k=1", "search.baselines=[dlrm]",
                                  "search.target_mflops=null",
-                                 "train.steps=30", "train.val_every=10", "train.warmup_steps=30"])
+                                 "train.steps=30", "train.val_every=10", "train.grace_steps=30"])
     runner = SearchRunner(cfg, echo=lambda s: None)
     outcome = runner.run()
     runs = _children(outcome.parent_run_id)

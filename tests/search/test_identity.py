@@ -113,7 +113,7 @@ def test_a_process_with_other_data_is_refused_by_a_shared_search(
 
 
 PROCESSES = 4
-LEARNABLE = ["train.max_epochs=2", "train.warmup_steps=33", "train.batch_size=64", "train.val_batches=2",
+LEARNABLE = ["train.max_epochs=2", "train.grace_steps=33", "train.batch_size=64", "train.val_batches=2",
              "train.test_batches=2", "runtime.threads=1", "search.pruning=none"]
 
 
@@ -174,3 +174,16 @@ def test_the_resume_hint_of_a_stopped_search_names_its_store(env: dict[str, str]
     runner = SearchRunner(load_config(overrides=[*SYNTHETIC, f"track.uri={uri}"]), echo=said.append)
     runner._stopped(Stopped(signal.SIGTERM))
     assert said[-1].endswith(f"rankitect search --resume {runner.state.parent_run_id} track.uri={uri}"), said
+
+
+def test_every_key_that_may_change_is_a_config_key() -> None:
+    """MAY_CHANGE names keys (or sections, ending in "."); a renamed key left behind would silently
+    make its new name part of the identity."""
+    from rankitect.config import Config, flatten, to_dict
+    from rankitect.search.identity import MAY_CHANGE, config_identity
+
+    keys = flatten(to_dict(Config()))
+    for name in MAY_CHANGE:
+        assert name in keys or (name.endswith(".") and any(k.startswith(name) for k in keys)), name
+    identity = config_identity(Config())
+    assert "search.dnas.supernet.steps" in identity and "search.dnas.supernet.top_k" not in identity

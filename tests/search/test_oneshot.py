@@ -4,6 +4,7 @@ evolution determinism, the retrained winners, and the search end to end in MLflo
 from __future__ import annotations
 
 import math
+import re
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -13,13 +14,14 @@ import pytest
 import torch
 
 from rankitect.cli import main
-from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
+from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, TrainConfig
 from rankitect.data.store import ClickData
+from rankitect.errors import ConfigError
 from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
 from rankitect.search.dnas import dnas_schedule
 from rankitect.search.oneshot import (
-    OneShotSearch, best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, score, seed_population,
+    OneShotSearch, best_scored, evolve, make_scorer, oneshot_schedule, score, seed_population,
     train_supernet,
 )
 from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path, supernet_schedule
@@ -29,9 +31,9 @@ from tests.search.tiny_data import tiny_click_data
 from tests.space.conftest import SMALL_NASREC
 
 TRAIN = TrainConfig(batch_size=64, progress=False)
-# epochs high enough that supernet_steps, not the data, sets the steps.
-CFG = OneShotConfig(supernet_steps=80, warmup_steps=20, population=4, sample_size=2, children=4, finetune_batches=2,
-                    finetune_steps=4, score_batches=4, epochs=100.0)
+# epochs high enough that supernet.steps, not the data, sets the steps.
+CFG = OneShotConfig(supernet=SupernetConfig(steps=80, epochs=100.0), widest_decay_steps=20, population=4, sample_size=2,
+                    children=4, finetune_batches=2, finetune_steps=4, score_batches=4)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +106,7 @@ def test_supernet_training_improves_a_held_out_path(data: ClickData) -> None:
     val = list(data.split("val").batches(256, shuffle=False))
     before = evaluate_path(supernet, path, val)["ne"]
     losses = train_supernet(supernet, data, TRAIN, CFG, seed=0)
-    assert len(losses) == CFG.supernet_steps and all(np.isfinite(losses))
+    assert len(losses) == CFG.supernet.steps and all(np.isfinite(losses))
     assert evaluate_path(supernet, path, val)["ne"] < before
 
 
@@ -131,7 +133,7 @@ def test_scoring_fine_tunes_a_copy_and_leaves_the_supernet_alone(data: ClickData
 def test_evolution_on_inherited_weights_is_seeded(data: ClickData) -> None:
     def run() -> list[tuple[str, float]]:
         supernet = build_supernet(space(), data.spec, 0)
-        train_supernet(supernet, data, TRAIN, replace(CFG, supernet_steps=10), seed=0)
+        train_supernet(supernet, data, TRAIN, replace(CFG, supernet=replace(CFG.supernet, steps=10)), seed=0)
         strategy = build_strategy("evolution", space(), seed=5, population=4, sample_size=2)
         scored = evolve(supernet, make_scorer(supernet, data, TRAIN, CFG), strategy, 8)
         return [(a.hash, r.val_ne) for a, r in scored]
@@ -143,7 +145,7 @@ def test_evolution_on_inherited_weights_is_seeded(data: ClickData) -> None:
 
 def test_evolution_starts_from_the_baselines_it_is_handed(data: ClickData) -> None:
     supernet = build_supernet(space(), data.spec, 0)
-    train_supernet(supernet, data, TRAIN, replace(CFG, supernet_steps=10), seed=0)
+    train_supernet(supernet, data, TRAIN, replace(CFG, supernet=replace(CFG.supernet, steps=10)), seed=0)
     scorer = make_scorer(supernet, data, TRAIN, CFG)
     archs = [space().decode(space().sample(np.random.default_rng(i))) for i in (11, 12)]
     strategy = build_strategy("evolution", space(), seed=5, population=2, sample_size=2)
@@ -189,25 +191,28 @@ def test_best_scored_ranks_by_objective_and_skips_duplicates() -> None:
     assert [a.hash for a in best_scored(scored, cheap, 3)] == [archs[2].hash, archs[0].hash, archs[1].hash]
 
 
-def test_config_errors_name_the_key() -> None:
-    with pytest.raises(ValueError, match="search.oneshot.sample_size"):
-        check_oneshot_config(OneShotConfig(population=2, sample_size=3))
-    with pytest.raises(ValueError, match="search.oneshot.top_k"):
-        check_oneshot_config(OneShotConfig(top_k=0))
-    with pytest.raises(ValueError, match="search.oneshot.finetune_steps"):
-        check_oneshot_config(OneShotConfig(finetune_batches=0))
+def test_a_section_given_directly_is_checked_as_a_loaded_one_is() -> None:
+    """The strategy built from Python checks its section against the config's one range table."""
+    cases = [(OneShotConfig(population=2, sample_size=3), "'search.oneshot.sample_size' must be <= "),
+             (OneShotConfig(supernet=SupernetConfig(top_k=0)), "'search.oneshot.supernet.top_k' must be >= 1, got 0"),
+             (OneShotConfig(finetune_batches=0), "'search.oneshot.finetune_batches' must be >= 1, got 0"),
+             (OneShotConfig(supernet=SupernetConfig(epochs=0.0)), "'search.oneshot.supernet.epochs' must be > 0"),
+             (OneShotConfig(supernet=SupernetConfig(epochs="auto")), "'search.oneshot.supernet.epochs' must be a number")]
+    for config, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            OneShotSearch(space(), seed=0, config=config)
 
 
 def test_schedule_is_the_fewer_of_the_steps_and_the_epochs_with_the_warmup_in_proportion() -> None:
     # 10_000 rows in batches of 64: 157 steps an epoch, 314 in two.
-    assert oneshot_schedule(OneShotConfig(supernet_steps=1000, warmup_steps=300, epochs=2.0), 10_000, 64) == (
+    assert oneshot_schedule(OneShotConfig(supernet=SupernetConfig(steps=1000, epochs=2.0), widest_decay_steps=300),
+                            10_000, 64) == (
         314, 300 * 314 // 1000)
-    assert oneshot_schedule(OneShotConfig(supernet_steps=50, warmup_steps=10, epochs=2.0), 10_000, 64) == (50, 10)
-    assert oneshot_schedule(OneShotConfig(epochs=1e-9), 10_000, 64) == (1, 0)  # never no step
-    dnas = DnasConfig(supernet_steps=1000, warmup_steps=300, epochs=2.0)
+    assert oneshot_schedule(OneShotConfig(supernet=SupernetConfig(steps=50, epochs=2.0), widest_decay_steps=10),
+                            10_000, 64) == (50, 10)
+    assert oneshot_schedule(OneShotConfig(supernet=SupernetConfig(epochs=1e-9)), 10_000, 64) == (1, 0)  # never no step
+    dnas = DnasConfig(supernet=SupernetConfig(steps=1000, epochs=2.0), weights_only_steps=300)
     assert dnas_schedule(dnas, 10_000, 64) == supernet_schedule(1000, 300, 2.0, 10_000, 64) == (314, 94)
-    with pytest.raises(ValueError, match="search.oneshot.epochs"):
-        check_oneshot_config(OneShotConfig(epochs=0.0))
 
 
 class Rows:
@@ -221,7 +226,7 @@ class Rows:
 
 
 def test_supernet_training_runs_the_epochs_asked(data: ClickData) -> None:
-    cfg = replace(CFG, supernet_steps=1000, warmup_steps=400, epochs=0.5, log_every=1)
+    cfg = replace(CFG, supernet=SupernetConfig(steps=1000, epochs=0.5, log_every=1), widest_decay_steps=400)
     per_epoch = math.ceil(len(data.split("train")) / TRAIN.batch_size)
     steps = math.ceil(0.5 * per_epoch)
     warmup = 400 * steps // 1000
@@ -246,10 +251,10 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     code = main(["search", "--strategy", "oneshot", f"data.source={learnable_source()}", "train.max_epochs=1",
                  "train.batch_size=64", "search.space=nasrec", "search.flops_range=null",
                  "train.val_batches=2", "train.test_batches=2", "train.progress=false",
-                 "search.oneshot.supernet_steps=12", "search.oneshot.warmup_steps=4", "search.oneshot.population=3",
+                 "search.oneshot.supernet.steps=12", "search.oneshot.widest_decay_steps=4", "search.oneshot.population=3",
                  "search.oneshot.sample_size=2", "search.oneshot.children=2", "search.oneshot.finetune_batches=1",
                  "search.oneshot.finetune_steps=2",
-                 "search.oneshot.score_batches=2", "search.oneshot.top_k=2", "search.oneshot.log_every=4",
+                 "search.oneshot.score_batches=2", "search.oneshot.supernet.top_k=2", "search.oneshot.supernet.log_every=4",
                  "search.trials=2",
                  "search.baselines=[dlrm]", "runtime.threads=1"])
     assert code == 0

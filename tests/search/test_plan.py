@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rankitect.config import DnasConfig, OneShotConfig
+from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig
 from rankitect.errors import ConfigError
 from rankitect.search import STRATEGIES, SearchContext, SpaceExhausted, TrialResult, build_strategy
 from rankitect.search.base import register_strategy
@@ -51,10 +51,11 @@ def test_one_registry_holds_every_strategy_the_config_may_name() -> None:
         register_strategy("oneshot")(Chosen)
 
 
-@pytest.mark.parametrize(("name", "config"), [("oneshot", OneShotConfig(top_k=3)), ("dnas", DnasConfig(top_k=2))])
+@pytest.mark.parametrize(("name", "config"), [("oneshot", OneShotConfig(supernet=SupernetConfig(top_k=3))),
+                                                 ("dnas", DnasConfig(supernet=SupernetConfig(top_k=2)))])
 def test_supernet_proposers_are_built_like_the_others(name: str, config) -> None:
     proposer = build_strategy(name, get_space("nasrec"), seed=0, config=config)
-    assert proposer.budget(50) == config.top_k and not proposer.prunable
+    assert proposer.budget(50) == config.supernet.top_k and not proposer.prunable
     with pytest.raises(ConfigError, match="search.rocs"):
         build_strategy(name, get_space("nasrec"), seed=0, config=config, rocs=True)
 
@@ -100,7 +101,7 @@ def test_with_or_without_a_time_budget_a_supernet_strategy_trains_search_trials(
     assert timed.budget(7) == timed.plan_size == 7  # retrained best first until the budget is spent
     assert untimed.budget(7) == untimed.plan_size == 7  # like every other strategy
     few = strategy_from_config(SearchConfig(strategy=name, time_budget="5m", trials=1), space)
-    assert few.budget(1) == few.config.top_k  # never fewer than top_k
+    assert few.budget(1) == few.config.supernet.top_k  # never fewer than top_k
 
 
 def test_a_plan_never_retrains_a_baseline() -> None:

@@ -18,8 +18,8 @@ TINY = [
     f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.val_batches=2",
     "train.test_batches=2", "train.progress=false", "runtime.threads=1", "search.space=nasrec",
     "search.flops_range=null", "search.baselines=[dlrm]", "search.pruning=none", f"search.trials={N}",
-    "search.dnas.supernet_steps=12", "search.dnas.warmup_steps=4", "search.oneshot.supernet_steps=12",
-    "search.oneshot.warmup_steps=4", "search.oneshot.population=1", "search.oneshot.sample_size=1",
+    "search.dnas.supernet.steps=12", "search.dnas.weights_only_steps=4", "search.oneshot.supernet.steps=12",
+    "search.oneshot.widest_decay_steps=4", "search.oneshot.population=1", "search.oneshot.sample_size=1",
     "search.oneshot.children=1", "search.oneshot.finetune_batches=1", "search.oneshot.finetune_steps=2",
     "search.oneshot.score_batches=2",
 ]
@@ -34,7 +34,7 @@ def test_without_a_time_budget_a_supernet_search_trains_search_trials_candidates
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     lines: list[str] = []
     cfg = load_config(overrides=[*TINY, f"search.strategy={strategy}"])
-    assert cfg.search.time_budget is None and getattr(cfg.search, strategy).top_k == 1
+    assert cfg.search.time_budget is None and getattr(cfg.search, strategy).supernet.top_k == 1
     outcome = SearchRunner(cfg, echo=lines.append).run()
     candidates = outcome.table[outcome.table["kind"] == "candidate"]
     assert len(candidates) == N and candidates["name"].is_unique

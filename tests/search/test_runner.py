@@ -23,7 +23,7 @@ from .pg_server import postgres_server
 from .together import start_together
 
 TINY = [
-    f"data.source={learnable_source()}", "train.max_epochs=2", "train.warmup_steps=33", "train.batch_size=64",
+    f"data.source={learnable_source()}", "train.max_epochs=2", "train.grace_steps=33", "train.batch_size=64",
     "train.val_batches=2", "search.pruning=none",
     "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
 ]
@@ -92,7 +92,7 @@ def test_failed_candidate_becomes_failed_run_and_search_goes_on(env: dict[str, s
 
 def test_diverging_candidate_fails_cleanly(env: dict[str, str]) -> None:
     cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=1", "search.baselines=[]",
-                                 "train.lr_dense=1e30", "train.lr_sparse=1e30", "train.steps=8", "train.warmup_steps=0"])
+                                 "train.lr_dense=1e30", "train.lr_sparse=1e30", "train.steps=8", "train.grace_steps=0"])
     outcome = SearchRunner(cfg, echo=lambda s: None).run()
     (run,) = _children(outcome.parent_run_id)
     assert run.info.status == "FAILED"
@@ -103,7 +103,7 @@ def test_same_seed_same_architectures(env: dict[str, str]) -> None:
     seqs = []
     for _ in range(2):
         cfg = load_config(overrides=[*TINY, "search.strategy=evolution", "search.trials=4", "search.baselines=[]",
-                                     "train.steps=1", "train.warmup_steps=0", "search.seed=7"])
+                                     "train.steps=1", "train.grace_steps=0", "search.seed=7"])
         outcome = SearchRunner(cfg, echo=lambda s: None).run()
         state = load_state(outcome.out_dir / "state.json")
         seqs.append([t.name for t in state.candidates()])
@@ -126,7 +126,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:
 
 
 def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_path: Path) -> None:
-    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=6", "train.warmup_steps=0")
+    cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=6", "train.grace_steps=0")
     log = open(tmp_path / "search.err", "w")
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True)
     first = proc.stdout.readline()

@@ -246,7 +246,7 @@ def test_a_search_logs_what_the_surrogate_predicted_beside_what_was_measured(env
     from tests.search.test_runner import TINY, _children
 
     cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=4", "search.baselines=[]",
-                                 "train.steps=2", "train.warmup_steps=0", "search.surrogate.min_trials=2",
+                                 "train.steps=2", "train.grace_steps=0", "search.surrogate.min_trials=2",
                                  "search.surrogate.candidates=4"])
     lines: list[str] = []
     outcome = SearchRunner(cfg, echo=lines.append).run()

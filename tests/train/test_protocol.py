@@ -84,7 +84,7 @@ def test_step_cap_ends_training_with_a_validation(data, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("warmup", [0, 2 * EPOCH, 4 * EPOCH])  # NaN after, at and before the warm-up's end
 def test_divergence_fails_before_and_after_warmup(data, monkeypatch: pytest.MonkeyPatch, warmup: int) -> None:
     with pytest.raises(TrialDiverged, match="validation NE is nan at step 32"):
-        _train(data, _cfg(max_epochs=4, warmup_steps=warmup), [0.9, float("nan"), 0.8, 0.8], monkeypatch)
+        _train(data, _cfg(max_epochs=4, grace_steps=warmup), [0.9, float("nan"), 0.8, 0.8], monkeypatch)
 
 
 def test_nan_loss_fails_before_and_after_warmup(data, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,14 +96,14 @@ def test_nan_loss_fails_before_and_after_warmup(data, monkeypatch: pytest.Monkey
         with torch.no_grad():
             next(p for n, p in model.named_parameters() if "weight" in n and p.dim() == 2 and "embedding" not in n).fill_(float("nan"))
         with pytest.raises(TrialDiverged, match="training loss is nan at step 0"):
-            train_model(model, data, _cfg(max_epochs=3, warmup_steps=warmup))
+            train_model(model, data, _cfg(max_epochs=3, grace_steps=warmup))
 
 
 def test_never_below_one_after_warmup_fails_at_once(data, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = _cfg(max_epochs=5, warmup_steps=EPOCH)  # validation 2 (step 32) is past the warm-up
+    cfg = _cfg(max_epochs=5, grace_steps=EPOCH)  # validation 2 (step 32) is past the warm-up
     with pytest.raises(TrialDiverged, match="validation NE is 1.0500 at step 16: not once below 1"):
         _train(data, cfg, [1.05, 1.5, 0.8, 0.8, 0.8], monkeypatch)
-    out, _ = _train(data, _cfg(max_epochs=3, warmup_steps=2 * EPOCH), [1.05, 0.9, 1.1], monkeypatch)
+    out, _ = _train(data, _cfg(max_epochs=3, grace_steps=2 * EPOCH), [1.05, 0.9, 1.1], monkeypatch)
     assert out.metrics["val/ne"] == 0.9  # above 1 inside the warm-up is allowed
 
 
@@ -115,32 +115,32 @@ def test_overfitting_above_one_is_stopped_not_failed(data, monkeypatch: pytest.M
 def test_divergence_before_warmup_fails_when_training_ends(data, monkeypatch: pytest.MonkeyPatch) -> None:
     # Early stopping ends training at validation 3 (step 48), inside the warm-up (64 steps, as
     # long as the training: allowed), so no validation stopped it; its best is still above 1.
-    cfg = _cfg(max_epochs=4, patience=1, warmup_steps=4 * EPOCH)
+    cfg = _cfg(max_epochs=4, patience=1, grace_steps=4 * EPOCH)
     with pytest.raises(TrialDiverged, match="best validation NE is 1.2000: no better than predicting the base rate"):
         _train(data, cfg, [1.3, 1.2, 1.25, 1.2], monkeypatch)
 
 
 def test_nan_validation_fails_at_any_step(data, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(TrialDiverged, match="nan"):
-        _train(data, _cfg(max_epochs=3, warmup_steps=3 * EPOCH), [0.9, float("nan"), 0.8], monkeypatch)
+        _train(data, _cfg(max_epochs=3, grace_steps=3 * EPOCH), [0.9, float("nan"), 0.8], monkeypatch)
 
 
 def test_warmup_longer_than_training_is_refused(data) -> None:
     arch = get_baseline("dlrm", data.spec)
-    with pytest.raises(ConfigError, match=r"train\.warmup_steps.*train\.max_epochs gives 32 steps"):
-        train_architecture(arch, data, _cfg(max_epochs=2, warmup_steps=33))
-    with pytest.raises(ConfigError, match=r"train\.warmup_steps.*train\.steps gives 10 steps"):
-        protocol.check_warmup(_cfg(steps=10, warmup_steps=20))
+    with pytest.raises(ConfigError, match=r"train\.grace_steps.*train\.max_epochs gives 32 steps"):
+        train_architecture(arch, data, _cfg(max_epochs=2, grace_steps=33))
+    with pytest.raises(ConfigError, match=r"train\.grace_steps.*train\.steps gives 10 steps"):
+        protocol.check_warmup(_cfg(steps=10, grace_steps=20))
 
 
 def test_search_refuses_a_warmup_longer_than_training_before_reading_data(tmp_path: Path, monkeypatch, capsys) -> None:
     from rankitect.cli import main
 
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
-    code = main(["search", "train.steps=10", "train.warmup_steps=20", f"track.uri=sqlite:///{tmp_path}/m.db"])
+    code = main(["search", "train.steps=10", "train.grace_steps=20", f"track.uri=sqlite:///{tmp_path}/m.db"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "train.warmup_steps" in err and "train.steps" in err
+    assert "train.grace_steps" in err and "train.steps" in err
     assert not (tmp_path / "data").exists() and not (tmp_path / "m.db").exists()
 
 

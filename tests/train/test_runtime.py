@@ -191,7 +191,7 @@ def test_compiled_training_through_the_trainer_matches_eager(data: Any, monkeypa
     monkeypatch.setattr(cfx, "compile_fx", run_captured_graph)
     cfg = TrainConfig(steps=18, batch_size=96, val_every=18, val_batches=1, test_batches=1, progress=False, lr_dense=0.02,
                       lr_sparse=0.2,
-                      warmup_steps=18)
+                      grace_steps=18)
     results = []
     for runtime in (None, RuntimeConfig(compile=True)):
         torch.manual_seed(0)
