@@ -55,8 +55,8 @@ STRATEGIES = ("dnas", "random", "evolution", "tpe", "oneshot")
 CLI_FLAGS = {"search.strategy": "--strategy", "search.seed": "--seed", "search.time_budget": "--time-budget",
              "search.trials": "--trials"}  # the rest go as key=value overrides
 QUICK_SET = ["data.rows=3000", "search.baselines=[dlrm]", "search.trials=1", "train.steps=5", "train.val_every=5",
-             "search.dnas.supernet_steps=10", "search.dnas.warmup_steps=2", "search.oneshot.supernet_steps=10",
-             "search.oneshot.warmup_steps=2", "search.oneshot.children=2", "search.oneshot.population=2",
+             "search.dnas.supernet.steps=10", "search.dnas.weights_only_steps=2", "search.oneshot.supernet.steps=10",
+             "search.oneshot.widest_decay_steps=2", "search.oneshot.children=2", "search.oneshot.population=2",
              "search.oneshot.sample_size=2"]
 
 
