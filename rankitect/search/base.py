@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from rankitect.search.objective import Objective
+from rankitect.track.names import STOPPED as STOPPED_TAG
 
 if TYPE_CHECKING:
     from rankitect.cost import Cost
     from rankitect.space import Architecture
 
 STATUSES = ("ok", "failed", "pruned")
-STOPPED_TAG = "rankitect.stopped"  # on a run cut short by the search's time budget (a trial, a supernet)
 
 
 class SpaceExhausted(RuntimeError):
