@@ -32,8 +32,9 @@ Everything else about an op lives on its class too, so adding a block touches on
   (:mod:`rankitect.blocks.slicing`); the default has none;
 * :meth:`Block.param_schema`: the types of its gene params, read from the typed constructor.
 
-Block modules import only torch, the standard library and each other, so the exporter copies
-their source into a standalone ``model.py`` (:mod:`rankitect.export.bundle`).
+Block modules import only torch, the standard library, each other and :mod:`rankitect.registry`
+(itself the standard library only), so the exporter copies their source into a standalone
+``model.py`` (:mod:`rankitect.export.bundle`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -50,6 +51,7 @@ from torch import nn
 from rankitect.blocks.common import check_share
 from rankitect.blocks.slicing import InPos, Params, Take, pick
 from rankitect.blocks.split import Split, fallback
+from rankitect.registry import Registry
 
 FIELD = "field"
 FLAT = "flat"
@@ -109,20 +111,17 @@ class Block(nn.Module):
         return f"out_shape={tuple(self.out_shape)}, request_out={self.request_out}"
 
 
-BLOCKS: dict[str, type[Block]] = {}
+BLOCKS: Registry[type[Block]] = Registry("block op", base=Block)
 MASKING_ARGS = ("request_in", "rocs_share")
 
 
-def register_block(name: str):
-    """Class decorator adding a block to :data:`BLOCKS`; a second block of one name is an error."""
+def register_block(name: str) -> Callable[[type[Block]], type[Block]]:
+    """Class decorator adding a block to :data:`BLOCKS` as op ``name``; a second block of one name
+    is an error."""
 
     def wrap(cls: type[Block]) -> type[Block]:
-        if name in BLOCKS:
-            raise ValueError(f"block {name!r} is already registered ({BLOCKS[name].__qualname__})")
-        if not (isinstance(cls, type) and issubclass(cls, Block)):
-            raise TypeError(f"block {name!r} must subclass Block, got {cls!r}")
+        BLOCKS.add(name, cls)
         cls.op_name = name
-        BLOCKS[name] = cls
         return cls
 
     return wrap
@@ -150,8 +149,7 @@ def takes_share(op: str) -> bool:
 
 
 def get_block_class(op: str) -> type[Block]:
-    if op not in BLOCKS:
-        raise ValueError(f"unknown block op {op!r}; known: {sorted(BLOCKS)}")
+    """The block class of op ``op``; an unknown op is a ``ValueError`` listing the known ones."""
     return BLOCKS[op]
 
 

@@ -3,7 +3,8 @@
 The model starts from the run's weights, from the weights cut out of its search's supernet
 (``--from-supernet``), or fresh (``--from-scratch``); :func:`rankitect.train.finetune.finetune_model`
 trains it and keeps the starting weights when training did not lower the validation NE. The new run
-is tagged with the run it came from (:data:`FROM_TAG`) and keeps its weights.
+is tagged with the run it came from (:data:`~rankitect.track.names.FINETUNED_FROM`) and keeps its
+weights.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from rankitect.cli.arguments import add_config_args, set_threads
 from rankitect.cli.tracked import data_of_run, data_params, open_tracker
 from rankitect.config import Config
 from rankitect.errors import UserError
-
-FROM_TAG = "rankitect.finetuned_from"
+from rankitect.track.names import COMMAND, FINETUNED_FROM, KEPT, KIND, KIND_FINETUNE, START
 
 
 def add_commands(sub: Any) -> None:
@@ -97,8 +97,8 @@ def finetune_run(
     result = TrialResult.from_metrics(outcome.after, mflops=c.mflops, params=c.params,
                                       train_seconds=outcome.train_seconds)
     start = "scratch" if from_scratch else "supernet" if from_supernet else "own weights"
-    tags = {FROM_TAG: files.run_id, "rankitect.command": "finetune", "rankitect.kind": "finetune",
-            "rankitect.start": start, "rankitect.kept": "start" if outcome.kept_start else "finetuned"}
+    tags = {FINETUNED_FROM: files.run_id, COMMAND: "finetune", KIND: KIND_FINETUNE, START: start,
+            KEPT: "start" if outcome.kept_start else "finetuned"}
     new_id = tracker.log_trial(files.run_id, arch, result, tags, params=data_params(cfg), history=outcome.history)
     tracker.log_model(new_id, model.state_dict(), spec)
     return new_id, files.run_id, outcome

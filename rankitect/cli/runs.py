@@ -16,11 +16,13 @@ from typing import Any
 from rankitect.cli.arguments import add_config_args
 from rankitect.cli.tracked import open_tracker
 from rankitect.config import Config
+from rankitect.track.names import (GENOTYPE_HASH, MFLOPS, PARAMS, TEST_AUC, TEST_LOGLOSS, TEST_NE, TRAIN_SECONDS,
+                                   VAL_NE)
 
 # Columns by how much they tell, most first; those at the end are left out first when narrow.
-SEARCH_COLUMNS = ("run_id", "name", "data", "winner", "test/ne", "status", "mflops", "start_time", "strategy", "space")
-TRIAL_COLUMNS = ("name", "kind", "status", "winner", "val/ne", "test/ne", "mflops", "run_id", "test/auc", "params",
-                 "train_seconds", "test/logloss", "genotype_hash")
+SEARCH_COLUMNS = ("run_id", "name", "data", "winner", TEST_NE, "status", MFLOPS, "start_time", "strategy", "space")
+TRIAL_COLUMNS = ("name", "kind", "status", "winner", VAL_NE, TEST_NE, MFLOPS, "run_id", TEST_AUC, PARAMS,
+                 TRAIN_SECONDS, TEST_LOGLOSS, GENOTYPE_HASH)
 MIN_COLUMNS = 2  # never fewer than the run id and the name
 
 
@@ -55,9 +57,9 @@ def render(table: Any, columns: tuple[str, ...], width: int) -> str:
     if "data" in shown:
         shown["data"] = shown["data"].map(lambda s: Path(str(s).rstrip("/")).name if isinstance(s, str) else "")
     for col in shown.columns:
-        if col == "params":
+        if col == PARAMS:
             shown[col] = shown[col].map(lambda v: "" if v != v else f"{int(v):,}")
-        elif col == "train_seconds":
+        elif col == TRAIN_SECONDS:
             shown[col] = shown[col].map(lambda v: "" if v != v else f"{v:.1f}")
         elif shown[col].dtype.kind == "f":
             shown[col] = shown[col].map(lambda v: "" if v != v else f"{v:.4f}")

@@ -30,6 +30,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.search.base import TrialResult
     from rankitect.space.flops import cost
     from rankitect.track import Tracker
+    from rankitect.track.names import COMMAND
     from rankitect.track.store import store_args
     from rankitect.train.loop import train_architecture
     from rankitect.train.task import TrialDiverged
@@ -48,7 +49,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
         raise UserError(f"training {arch.hash} failed: {e}") from None
     result = TrialResult.from_metrics(out.metrics, mflops=c.mflops, params=c.params, train_seconds=out.train_seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train"}, params=data_params(cfg),
+    run_id = tracker.log_trial(None, arch, result, {COMMAND: "train"}, params=data_params(cfg),
                                start_time=time.time() - out.train_seconds)
     tracker.log_model(run_id, out.model.state_dict(), data.spec)
     for k, v in sorted(out.metrics.items()):
@@ -85,12 +86,12 @@ def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
     if not env.is_main:
         return 0
     from rankitect.track import Tracker
+    from rankitect.track.names import COMMAND, WORLD_SIZE
 
     print(plan)
     result = TrialResult.from_metrics(metrics, mflops=c.mflops, params=c.params, train_seconds=seconds)
     tracker = Tracker(cfg.track.uri, cfg.track.experiment)
-    run_id = tracker.log_trial(None, arch, result, {"rankitect.command": "train",
-                                                    "rankitect.world_size": str(env.world_size)},
+    run_id = tracker.log_trial(None, arch, result, {COMMAND: "train", WORLD_SIZE: str(env.world_size)},
                                params=data_params(cfg), start_time=time.time() - seconds)
     tracker.log_per_step(run_id, "train/loss", losses)
     print(f"train/loss first {losses[0]:.4f} last {losses[-1]:.4f} ({steps} steps)")

@@ -7,7 +7,8 @@ from rankitect.data.batch import Batch, make_batch
 from rankitect.data.criteo import read_criteo
 from rankitect.data.sources import DataOptions, describe, open_data
 from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
-from rankitect.data.store import ClickData, Split, StoreWriter, data_cache_root
+from rankitect.data.clickdata import ClickData, Split
+from rankitect.data.store import StoreWriter, data_cache_root
 from rankitect.data.synthetic import default_data_dir, ensure_default_data, generate_synthetic
 from rankitect.data.tabular import read_tabular
 

@@ -39,7 +39,8 @@ from tqdm import tqdm
 
 from rankitect.data.hashing import DEFAULT_FRACTIONS, SPLITS, buckets, check_fractions, hash_strings, request_splits
 from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
-from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root, file_cache_key
+from rankitect.data.clickdata import ClickData
+from rankitect.data.store import StoreWriter, cached, data_cache_root, file_cache_key
 from rankitect.data.vocab import Vocab, VocabCounter
 from rankitect.errors import DataError
 

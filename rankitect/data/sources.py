@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rankitect.data.hashing import SPLITS
-from rankitect.data.store import ClickData, is_data_dir
+from rankitect.data.clickdata import ClickData, is_data_dir
 from rankitect.errors import DataError
 
 _CRITEO_SUFFIXES = (".tsv", ".txt")

@@ -1,46 +1,30 @@
-"""The cached data set format: one directory of ``.npy`` arrays per data set, opened with mmap.
-
-Layout of a data directory::
-
-    spec.json                 FeatureSpec (features, sides, vocab sizes)
-    meta.json                 format, source, creation parameters, cache key, and per split:
-                              rows, requests, positives, ctr, bayes_ne (null when unknown)
-    train/dense.npy           float32 (R, n_dense)   columns in spec order
-    train/sparse.npy          int32 or int64 (R, n_sparse), spec order, ids in [0, vocab_size)
-    train/labels.npy          float32 (R,)
-    train/request_ids.npy     int64 (R,); the rows of one request are contiguous
-    train/probs.npy           float32 (R,), only when the true click probability is known
-    val/...  test/...
+"""The cached data set format, write side: building a data directory, and the cache of built ones.
 
 Writers (:class:`StoreWriter`) stream chunks into ``np.lib.format.open_memmap`` files in a
 temporary sibling directory and rename it into place when complete, so a half-written directory is
 never mistaken for a finished one. Rows per split are fixed up front (the sources count them
-first), and a request never straddles splits (see :mod:`rankitect.data.hashing`).
+first), and a request never straddles splits (see :mod:`rankitect.data.hashing`). The layout
+written is :mod:`rankitect.data.clickdata`'s, which reads it back.
 """
 
 from __future__ import annotations
 
 import fcntl
-
 import hashlib
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rankitect.data.batch import Batch, make_batch
+from rankitect.data.clickdata import FORMAT, FORMAT_VERSION, ClickData, format_version, is_data_dir
 from rankitect.data.hashing import SPLITS
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
-
-FORMAT = "rankitect-clickdata"
-FORMAT_VERSION = 2  # 2: the spec carries each dense column's training mean and std
-ARRAYS: tuple[str, ...] = ("dense", "sparse", "labels", "request_ids", "probs")
 
 
 def data_cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -65,154 +49,6 @@ def entropy(ctr: float) -> float:
     if ctr <= 0.0 or ctr >= 1.0:
         return 0.0
     return float(-(ctr * np.log(ctr) + (1 - ctr) * np.log1p(-ctr)))
-
-
-def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
-    """A plain numeric ``.npy`` array, memory-mapped (or read, ``mmap=False``); a file that is not
-    one (a pickled object array among them: never unpickled, so no code runs) is a
-    :class:`DataError` naming the file."""
-    try:
-        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise DataError(f"not a plain numeric .npy array ({e}); delete the data directory to rebuild it",
-                        path=str(path)) from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
-        raise DataError(f"not a plain numeric .npy array (dtype {getattr(array, 'dtype', '?')}); delete the data "
-                        "directory to rebuild it", path=str(path))
-    return array
-
-
-class Split:
-    """One split of a :class:`ClickData`: memory-mapped arrays plus their statistics."""
-
-    def __init__(self, path: Path, name: str, spec: FeatureSpec, stats: Mapping[str, Any]) -> None:
-        self.name, self.spec, self.stats = name, spec, dict(stats)
-        self.dense = load_array(path / "dense.npy")
-        self.sparse = load_array(path / "sparse.npy")
-        self.labels = load_array(path / "labels.npy")
-        self.request_ids = load_array(path / "request_ids.npy")
-        self.probs = load_array(path / "probs.npy") if (path / "probs.npy").exists() else None
-        self._starts: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-    def __repr__(self) -> str:
-        return f"Split({self.name!r}, rows={len(self)}, ctr={self.ctr:.4f})"
-
-    @property
-    def ctr(self) -> float:
-        """Observed click-through rate (mean label)."""
-        return float(self.stats["ctr"])
-
-    @property
-    def bayes_ne(self) -> float | None:
-        """NE of the true click probabilities (the floor no model beats), ``None`` when unknown."""
-        v = self.stats.get("bayes_ne")
-        return None if v is None else float(v)
-
-    @property
-    def n_requests(self) -> int:
-        return int(self.stats["requests"])
-
-    def request_starts(self) -> np.ndarray:
-        """Row index where each request begins, plus ``len(self)`` at the end: ``(n_requests + 1,)``."""
-        if self._starts is None:
-            rid = np.asarray(self.request_ids)
-            change = np.flatnonzero(rid[1:] != rid[:-1]) + 1
-            self._starts = np.concatenate([[0] if len(rid) else [], change, [len(rid)]]).astype(np.int64)
-        return self._starts
-
-    def take(self, rows: np.ndarray | slice) -> Batch:
-        """The rows ``rows`` (an index array or a slice) as one :class:`Batch`."""
-        probs = None if self.probs is None else np.array(self.probs[rows])
-        return make_batch(
-            np.array(self.dense[rows]), np.array(self.sparse[rows]), np.array(self.labels[rows]),
-            np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs,
-        )
-
-    def row_order(self, seed: int | np.random.Generator | None) -> np.ndarray:
-        """All row indices with the requests in a random order (rows of a request stay together)."""
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        starts = self.request_starts()
-        perm = rng.permutation(len(starts) - 1)
-        first, lengths = starts[:-1][perm], np.diff(starts)[perm]
-        # row k of the output belongs to request j = the one whose output range holds k;
-        # its row is first[j] + (k - offset[j]): repeat (first - offset) per row, add arange.
-        offsets = np.cumsum(lengths) - lengths
-        return np.repeat(first - offsets, lengths) + np.arange(len(self), dtype=np.int64)
-
-    def batches(
-        self, batch_size: int, *, shuffle: bool, seed: int | np.random.Generator | None = None,
-        drop_last: bool = False,
-    ) -> Iterator[Batch]:
-        """Iterate the split in batches of ``batch_size`` rows.
-
-        With ``shuffle`` the *requests* are permuted (by ``seed``; ``None`` draws fresh OS
-        entropy), so the rows of a request stay contiguous and in order; a request may still be
-        cut by a batch boundary. Without it the rows come in storage order. ``drop_last`` drops
-        a final batch smaller than ``batch_size``.
-        """
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        n = len(self)
-        order = self.row_order(seed) if shuffle else None
-        stop = n - n % batch_size if drop_last else n
-        for i in range(0, stop, batch_size):
-            j = min(i + batch_size, n)
-            yield self.take(slice(i, j) if order is None else order[i:j])
-
-
-class ClickData:
-    """A cached data set: a :class:`FeatureSpec`, metadata and three :class:`Split` s.
-
-    >>> import tempfile
-    >>> from rankitect.data.spec import DenseFeature, SparseFeature
-    >>> spec = FeatureSpec(dense=(DenseFeature("d"),), sparse=(SparseFeature("s", 5),))
-    >>> out = Path(tempfile.mkdtemp()) / "tiny"
-    >>> with StoreWriter(out, spec, {"train": 3, "val": 1, "test": 0}) as w:
-    ...     w.write("train", np.ones((3, 1)), np.array([[1], [2], [3]]), np.array([0, 1, 1]), np.array([0, 0, 1]))
-    ...     w.write("val", np.ones((1, 1)), np.array([[4]]), np.array([1]), np.array([2]))
-    ...     data = w.close({"source": "doctest"})
-    >>> tr = ClickData.open(out).split("train")
-    >>> len(tr), round(tr.ctr, 3), tr.n_requests, [len(b) for b in tr.batches(2, shuffle=False)]
-    (3, 0.667, 2, [2, 1])
-    """
-
-    def __init__(self, path: Path, spec: FeatureSpec, meta: dict[str, Any]) -> None:
-        self.path, self.spec, self.meta = path, spec, meta
-        self._splits: dict[str, Split] = {}
-
-    @classmethod
-    def open(cls, path: str | Path) -> ClickData:
-        """Open a data directory written by :class:`StoreWriter` (arrays are memory-mapped)."""
-        p = Path(path)
-        if not p.is_dir():
-            raise DataError("no such data directory", path=str(p))
-        if not (p / "meta.json").is_file() or not (p / "spec.json").is_file():
-            raise DataError("not a rankitect data directory (spec.json / meta.json missing)", path=str(p))
-        meta = json.loads((p / "meta.json").read_text())
-        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
-            raise DataError(
-                f"unsupported data format {meta.get('format')!r} version {meta.get('format_version')!r}; "
-                f"expected {FORMAT!r} version {FORMAT_VERSION} (delete the directory to rebuild it)", path=str(p))
-        return cls(p, FeatureSpec.load(p / "spec.json"), meta)
-
-    def split(self, name: str) -> Split:
-        """The split ``name`` (``train``, ``val`` or ``test``)."""
-        if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
-        if name not in self._splits:
-            self._splits[name] = Split(self.path / name, name, self.spec, self.meta["splits"][name])
-        return self._splits[name]
-
-    @property
-    def source(self) -> str:
-        return str(self.meta.get("source", "?"))
-
-    def __repr__(self) -> str:
-        rows = {s: self.meta["splits"][s]["rows"] for s in SPLITS}
-        return f"ClickData({str(self.path)!r}, source={self.source!r}, rows={rows})"
 
 
 class _SplitStats:
@@ -244,13 +80,23 @@ class _SplitStats:
         return {"rows": self.rows, "requests": self.requests, "positives": int(self.positives),
                 "ctr": ctr, "bayes_ne": bayes}
 
-
 class StoreWriter:
     """Stream rows into a new data directory; ``rows`` fixes each split's size up front.
 
     Use as a context manager; :meth:`close` checks every split got exactly its rows, writes
     ``spec.json`` and ``meta.json`` and moves the directory into place (replacing an older data
     directory there). Leaving the block by an exception removes the partial files.
+    >>> import tempfile
+    >>> from rankitect.data.spec import DenseFeature, SparseFeature
+    >>> spec = FeatureSpec(dense=(DenseFeature("d"),), sparse=(SparseFeature("s", 5),))
+    >>> out = Path(tempfile.mkdtemp()) / "tiny"
+    >>> with StoreWriter(out, spec, {"train": 3, "val": 1, "test": 0}) as w:
+    ...     w.write("train", np.ones((3, 1)), np.array([[1], [2], [3]]), np.array([0, 1, 1]), np.array([0, 0, 1]))
+    ...     w.write("val", np.ones((1, 1)), np.array([[4]]), np.array([1]), np.array([2]))
+    ...     data = w.close({"source": "doctest"})
+    >>> tr = ClickData.open(out).split("train")
+    >>> len(tr), round(tr.ctr, 3), tr.n_requests, [len(b) for b in tr.batches(2, shuffle=False)]
+    (3, 0.667, 2, [2, 1])
     """
 
     def __init__(
@@ -335,7 +181,7 @@ class StoreWriter:
         self.spec.save(self.tmp / "spec.json")
         (self.tmp / "meta.json").write_text(json.dumps(full, indent=2, default=str) + "\n")
         key = full.get("cache_key")
-        if (key is not None and is_data_dir(self.out_dir) and _format_version(self.out_dir) == FORMAT_VERSION
+        if (key is not None and is_data_dir(self.out_dir) and format_version(self.out_dir) == FORMAT_VERSION
                 and ClickData.open(self.out_dir).meta.get("cache_key") == key):
             shutil.rmtree(self.tmp, ignore_errors=True)  # another process built the same data meanwhile
         else:
@@ -377,21 +223,6 @@ def _move_into_place(tmp: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def is_data_dir(path: str | Path) -> bool:
-    """Whether ``path`` holds a finished data directory (its meta.json names this format)."""
-    meta = Path(path) / "meta.json"
-    if not meta.is_file():
-        return False
-    try:
-        return json.loads(meta.read_text()).get("format") == FORMAT
-    except (OSError, ValueError):
-        return False
-
-
-def _format_version(path: Path) -> Any:
-    return json.loads((path / "meta.json").read_text()).get("format_version")
-
-
 def cached(out_dir: Path, cache_key: str, build: Callable[[Path], ClickData]) -> ClickData:
     """Open ``out_dir`` when it holds a data set built with ``cache_key``; else ``build(out_dir)``.
 
@@ -402,7 +233,7 @@ def cached(out_dir: Path, cache_key: str, build: Callable[[Path], ClickData]) ->
     with open(out_dir.with_name(out_dir.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if is_data_dir(out_dir) and _format_version(out_dir) == FORMAT_VERSION:
+            if is_data_dir(out_dir) and format_version(out_dir) == FORMAT_VERSION:
                 data = ClickData.open(out_dir)
                 if data.meta.get("cache_key") == cache_key:
                     return data

@@ -43,7 +43,8 @@ from tqdm import tqdm
 
 from rankitect.data.hashing import DEFAULT_FRACTIONS, SPLITS, check_fractions, request_splits
 from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
-from rankitect.data.store import ClickData, StoreWriter, cached, data_cache_root
+from rankitect.data.clickdata import ClickData
+from rankitect.data.store import StoreWriter, cached, data_cache_root
 
 GENERATOR_VERSION = 2  # part of every cache key: bump when the distribution changes
 DEFAULT_ROWS = 200_000  # one epoch of the default trial budget (300 steps x 512 rows, 80% train)

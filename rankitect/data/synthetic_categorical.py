@@ -42,7 +42,8 @@ import numpy as np
 
 from rankitect.data.hashing import DEFAULT_FRACTIONS, check_fractions
 from rankitect.data.spec import FeatureSpec, SparseFeature
-from rankitect.data.store import ClickData, cached, data_cache_root
+from rankitect.data.clickdata import ClickData
+from rankitect.data.store import cached, data_cache_root
 from rankitect.data.synthetic import (
     _calibration_sizes, _Rows, _solve_bias, check_generation, write_teacher_rows,
 )

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
-from rankitect.data.store import ClickData
+from rankitect.data.clickdata import ClickData
 from rankitect.export.codegen import generate_source
 from rankitect.export.preprocess import preprocessing
 from rankitect.space.architecture import Architecture, read_genotype

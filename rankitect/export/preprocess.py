@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rankitect.data.store import ClickData, load_array
+from rankitect.data.clickdata import ClickData, load_array
 from rankitect.errors import DataError
 
 FORMAT = 1

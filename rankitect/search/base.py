@@ -34,14 +34,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from rankitect.registry import Registry
 from rankitect.search.objective import Objective
+from rankitect.track.names import STOPPED as STOPPED_TAG
 
 if TYPE_CHECKING:
     from rankitect.cost import Cost
     from rankitect.space import Architecture
 
 STATUSES = ("ok", "failed", "pruned")
-STOPPED_TAG = "rankitect.stopped"  # on a run cut short by the search's time budget (a trial, a supernet)
 
 
 class SpaceExhausted(RuntimeError):
@@ -292,19 +293,15 @@ class Strategy(ABC):
         self.rng.bit_generator.state = state["rng"]
 
 
-STRATEGIES: dict[str, type[Strategy]] = {}
+STRATEGIES: Registry[type[Strategy]] = Registry("strategy", base=Strategy)
 
 
-def register_strategy(name: str):
+def register_strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
     """Class decorator adding a strategy to :data:`STRATEGIES`; a second one of a name is an error."""
 
     def wrap(cls: type[Strategy]) -> type[Strategy]:
-        if name in STRATEGIES:
-            raise ValueError(f"strategy {name!r} is already registered ({STRATEGIES[name].__qualname__})")
-        if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-            raise TypeError(f"strategy {name!r} must subclass Strategy, got {cls!r}")
+        STRATEGIES.add(name, cls)
         cls.name = name
-        STRATEGIES[name] = cls
         return cls
 
     return wrap
@@ -312,9 +309,7 @@ def register_strategy(name: str):
 
 def strategy_options(name: str) -> dict[str, inspect.Parameter]:
     """The keyword options strategy ``name`` accepts beyond ``seed`` and ``objective``."""
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}")
-    sig = inspect.signature(STRATEGIES[name].__init__)
+    sig = inspect.signature(STRATEGIES[name].__init__)  # an unknown name: a ValueError listing the known ones
     return {
         n: p for n, p in sig.parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY and n not in ("seed", "objective")

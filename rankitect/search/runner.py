@@ -42,11 +42,9 @@ from rankitect.search.shared import SharedStudy
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.search.trial import InlineRunner, StepFile, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
+from rankitect.track.names import CHECKPOINT as CHECKPOINT_TAG, TRIAL as TRIAL_TAG, TRIAL_ID as TRIAL_ID_TAG
 
 log = logging.getLogger(__name__)
-CHECKPOINT_TAG = "rankitect.checkpoint"
-TRIAL_TAG = "rankitect.trial"  # the trial's number in its process's checkpoint
-TRIAL_ID_TAG = "rankitect.trial_id"  # unique across the processes of a shared search (reconcile uses it)
 
 
 @dataclass

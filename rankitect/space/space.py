@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rankitect.blocks.common import check_share
+from rankitect.registry import Registry
 from rankitect.space.architecture import Architecture
 
 _OPTION_TYPES = (bool, int, float, str, type(None))
@@ -216,19 +217,12 @@ class SearchSpace:
         return f"{type(self).__name__}({self.name!r}, {len(self.choices)} choices)"
 
 
-SPACES: dict[str, Callable[..., SearchSpace]] = {}
+SPACES: Registry[Callable[..., SearchSpace]] = Registry("search space")
 
 
 def register_space(name: str) -> Callable[[Callable[..., SearchSpace]], Callable[..., SearchSpace]]:
     """Decorator adding a preset factory to :data:`SPACES`; a second one of one name is an error."""
-
-    def wrap(factory: Callable[..., SearchSpace]) -> Callable[..., SearchSpace]:
-        if name in SPACES:
-            raise ValueError(f"search space {name!r} is already registered")
-        SPACES[name] = factory
-        return factory
-
-    return wrap
+    return SPACES.register(name)
 
 
 def get_space(name: str, **options: Any) -> SearchSpace:
@@ -243,9 +237,7 @@ def get_space(name: str, **options: Any) -> SearchSpace:
     ...
     ValueError: space 'nasrec': unknown option 'width'; known: ['embedding_dim', ..., 'widths']
     """
-    if name not in SPACES:
-        raise ValueError(f"unknown search space {name!r}; known: {sorted(SPACES)}")
-    factory = SPACES[name]
+    factory = SPACES[name]  # an unknown name: a ValueError listing the known ones
     known = sorted(inspect.signature(factory).parameters)
     for key in options:
         if key not in known:

@@ -14,7 +14,7 @@ from rankitect.data.spec import FeatureSpec
 from rankitect.search import TrialResult
 from rankitect.space.testing import tiny_spec
 from rankitect.track import Tracker
-from rankitect.track.mlflow_tracker import KIND, PARENT
+from rankitect.track.names import KIND, PARENT
 from tests.search.toy import ToyArch
 
 RESULT = TrialResult(val_ne=0.8, test_ne=0.81, test_auc=0.7, test_logloss=0.45, mflops=1.0, params=10)

@@ -1,0 +1,190 @@
+"""The cached data set format, read side: one directory of ``.npy`` arrays per data set, opened with mmap.
+
+Layout of a data directory::
+
+    spec.json                 FeatureSpec (features, sides, vocab sizes)
+    meta.json                 format, source, creation parameters, cache key, and per split:
+                              rows, requests, positives, ctr, bayes_ne (null when unknown)
+    train/dense.npy           float32 (R, n_dense)   columns in spec order
+    train/sparse.npy          int32 or int64 (R, n_sparse), spec order, ids in [0, vocab_size)
+    train/labels.npy          float32 (R,)
+    train/request_ids.npy     int64 (R,); the rows of one request are contiguous
+    train/probs.npy           float32 (R,), only when the true click probability is known
+    val/...  test/...
+
+:class:`ClickData` opens a finished directory and hands out its :class:`Split` s; writing one (and
+the cache of built data sets) is :mod:`rankitect.data.store`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankitect.data.batch import Batch, make_batch
+from rankitect.data.hashing import SPLITS
+from rankitect.data.spec import FeatureSpec
+from rankitect.errors import DataError
+
+FORMAT = "rankitect-clickdata"
+FORMAT_VERSION = 2  # 2: the spec carries each dense column's training mean and std
+ARRAYS: tuple[str, ...] = ("dense", "sparse", "labels", "request_ids", "probs")
+
+
+def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
+    """A plain numeric ``.npy`` array, memory-mapped (or read, ``mmap=False``); a file that is not
+    one (a pickled object array among them: never unpickled, so no code runs) is a
+    :class:`DataError` naming the file."""
+    try:
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"not a plain numeric .npy array ({e}); delete the data directory to rebuild it",
+                        path=str(path)) from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        raise DataError(f"not a plain numeric .npy array (dtype {getattr(array, 'dtype', '?')}); delete the data "
+                        "directory to rebuild it", path=str(path))
+    return array
+
+
+class Split:
+    """One split of a :class:`ClickData`: memory-mapped arrays plus their statistics."""
+
+    def __init__(self, path: Path, name: str, spec: FeatureSpec, stats: Mapping[str, Any]) -> None:
+        self.name, self.spec, self.stats = name, spec, dict(stats)
+        self.dense = load_array(path / "dense.npy")
+        self.sparse = load_array(path / "sparse.npy")
+        self.labels = load_array(path / "labels.npy")
+        self.request_ids = load_array(path / "request_ids.npy")
+        self.probs = load_array(path / "probs.npy") if (path / "probs.npy").exists() else None
+        self._starts: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Split({self.name!r}, rows={len(self)}, ctr={self.ctr:.4f})"
+
+    @property
+    def ctr(self) -> float:
+        """Observed click-through rate (mean label)."""
+        return float(self.stats["ctr"])
+
+    @property
+    def bayes_ne(self) -> float | None:
+        """NE of the true click probabilities (the floor no model beats), ``None`` when unknown."""
+        v = self.stats.get("bayes_ne")
+        return None if v is None else float(v)
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.stats["requests"])
+
+    def request_starts(self) -> np.ndarray:
+        """Row index where each request begins, plus ``len(self)`` at the end: ``(n_requests + 1,)``."""
+        if self._starts is None:
+            rid = np.asarray(self.request_ids)
+            change = np.flatnonzero(rid[1:] != rid[:-1]) + 1
+            self._starts = np.concatenate([[0] if len(rid) else [], change, [len(rid)]]).astype(np.int64)
+        return self._starts
+
+    def take(self, rows: np.ndarray | slice) -> Batch:
+        """The rows ``rows`` (an index array or a slice) as one :class:`Batch`."""
+        probs = None if self.probs is None else np.array(self.probs[rows])
+        return make_batch(
+            np.array(self.dense[rows]), np.array(self.sparse[rows]), np.array(self.labels[rows]),
+            np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs,
+        )
+
+    def row_order(self, seed: int | np.random.Generator | None) -> np.ndarray:
+        """All row indices with the requests in a random order (rows of a request stay together)."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        starts = self.request_starts()
+        perm = rng.permutation(len(starts) - 1)
+        first, lengths = starts[:-1][perm], np.diff(starts)[perm]
+        # row k of the output belongs to request j = the one whose output range holds k;
+        # its row is first[j] + (k - offset[j]): repeat (first - offset) per row, add arange.
+        offsets = np.cumsum(lengths) - lengths
+        return np.repeat(first - offsets, lengths) + np.arange(len(self), dtype=np.int64)
+
+    def batches(
+        self, batch_size: int, *, shuffle: bool, seed: int | np.random.Generator | None = None,
+        drop_last: bool = False,
+    ) -> Iterator[Batch]:
+        """Iterate the split in batches of ``batch_size`` rows.
+
+        With ``shuffle`` the *requests* are permuted (by ``seed``; ``None`` draws fresh OS
+        entropy), so the rows of a request stay contiguous and in order; a request may still be
+        cut by a batch boundary. Without it the rows come in storage order. ``drop_last`` drops
+        a final batch smaller than ``batch_size``.
+        """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        n = len(self)
+        order = self.row_order(seed) if shuffle else None
+        stop = n - n % batch_size if drop_last else n
+        for i in range(0, stop, batch_size):
+            j = min(i + batch_size, n)
+            yield self.take(slice(i, j) if order is None else order[i:j])
+
+
+class ClickData:
+    """A cached data set: a :class:`FeatureSpec`, metadata and three :class:`Split` s.
+
+    The split arrays are memory-mapped; a directory of another format or version is a
+    :class:`DataError` naming it (see :meth:`open`).
+    """
+
+    def __init__(self, path: Path, spec: FeatureSpec, meta: dict[str, Any]) -> None:
+        self.path, self.spec, self.meta = path, spec, meta
+        self._splits: dict[str, Split] = {}
+
+    @classmethod
+    def open(cls, path: str | Path) -> ClickData:
+        """Open a data directory written by :class:`~rankitect.data.store.StoreWriter` (arrays are memory-mapped)."""
+        p = Path(path)
+        if not p.is_dir():
+            raise DataError("no such data directory", path=str(p))
+        if not (p / "meta.json").is_file() or not (p / "spec.json").is_file():
+            raise DataError("not a rankitect data directory (spec.json / meta.json missing)", path=str(p))
+        meta = json.loads((p / "meta.json").read_text())
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+            raise DataError(
+                f"unsupported data format {meta.get('format')!r} version {meta.get('format_version')!r}; "
+                f"expected {FORMAT!r} version {FORMAT_VERSION} (delete the directory to rebuild it)", path=str(p))
+        return cls(p, FeatureSpec.load(p / "spec.json"), meta)
+
+    def split(self, name: str) -> Split:
+        """The split ``name`` (``train``, ``val`` or ``test``)."""
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
+        if name not in self._splits:
+            self._splits[name] = Split(self.path / name, name, self.spec, self.meta["splits"][name])
+        return self._splits[name]
+
+    @property
+    def source(self) -> str:
+        return str(self.meta.get("source", "?"))
+
+    def __repr__(self) -> str:
+        rows = {s: self.meta["splits"][s]["rows"] for s in SPLITS}
+        return f"ClickData({str(self.path)!r}, source={self.source!r}, rows={rows})"
+
+
+def is_data_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a finished data directory (its meta.json names this format)."""
+    meta = Path(path) / "meta.json"
+    if not meta.is_file():
+        return False
+    try:
+        return json.loads(meta.read_text()).get("format") == FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def format_version(path: Path) -> Any:
+    """The format version a data directory's meta.json records."""
+    return json.loads((path / "meta.json").read_text()).get("format_version")
