@@ -38,8 +38,8 @@ from bench.speed.nas_cost import cost_bench
 from rankitect.config import DnasConfig, OneShotConfig, load_config
 from rankitect.data import open_data
 from rankitect.search import Objective, TrialResult, build_strategy
-from rankitect.search.dnas import dnas_search
-from rankitect.search.oneshot import best_scored, make_scorer, train_supernet
+from rankitect.search.strategies.dnas import dnas_search
+from rankitect.search.strategies.oneshot import best_scored, make_scorer, train_supernet
 from rankitect.supernet.train import build_supernet
 from rankitect.search.trial import run_trial
 from rankitect.space import get_space

@@ -62,7 +62,7 @@ class PlanProposer(Strategy):
     def plan_size(self) -> int:
         """Architectures to train: the section's ``top_k``, or ``fill`` where that is more (a search
         trains ``search.trials`` candidates, as a sampling strategy does: oneshot plans that many, best
-        first; dnas retrains its ``top_k`` and climbs from there, :class:`~rankitect.search.dnas.DnasSearch`).
+        first; dnas retrains its ``top_k`` and climbs from there, :class:`~rankitect.search.strategies.dnas.DnasSearch`).
         A time budget may end the retraining before."""
         return max(self.config.top_k, self.fill)
 

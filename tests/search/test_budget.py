@@ -10,9 +10,9 @@ import pytest
 
 from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
 from rankitect.search.budget import TimeBudget
-from rankitect.search.dnas import dnas_search
+from rankitect.search.strategies.dnas import dnas_search
 from rankitect.search.objective import Objective
-from rankitect.search.oneshot import train_supernet
+from rankitect.search.strategies.oneshot import train_supernet
 from rankitect.space import get_space
 from rankitect.space.baselines import get_baseline
 from rankitect.supernet.train import build_supernet

@@ -14,7 +14,7 @@ import torch
 from rankitect.cli import main
 from rankitect.config import DnasConfig, TrainConfig
 from rankitect.data.store import ClickData
-from rankitect.search.dnas import ArchStep, Stability, dnas_schedule, dnas_search
+from rankitect.search.strategies.dnas import ArchStep, Stability, dnas_schedule, dnas_search
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops
 from rankitect.search.objective import Objective
 from rankitect.supernet.train import SupernetTrainer, build_supernet
@@ -281,7 +281,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     def no_supernet(*args: object, **kwargs: object) -> None:
         raise AssertionError("a resumed search with a plan must not train a supernet")
 
-    monkeypatch.setattr("rankitect.search.dnas.build_supernet", no_supernet)
+    monkeypatch.setattr("rankitect.search.strategies.dnas.build_supernet", no_supernet)
     assert main(["search", "--resume", parent]) == 0
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
     retrained = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate"]
@@ -350,7 +350,7 @@ def test_leaning_towards_a_path_makes_its_architecture_the_most_probable() -> No
 
 def test_dnas_takes_the_baselines_its_space_holds() -> None:
     from rankitect.search.base import TrialResult
-    from rankitect.search.dnas import DnasSearch
+    from rankitect.search.strategies.dnas import DnasSearch
     from rankitect.space.baselines import get_baseline
 
     space = three_slots()
@@ -363,7 +363,7 @@ def test_dnas_takes_the_baselines_its_space_holds() -> None:
 
 
 def test_auto_epochs_is_the_median_of_the_baselines_epochs_to_their_best() -> None:
-    from rankitect.search.dnas import auto_epochs
+    from rankitect.search.strategies.dnas import auto_epochs
 
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -388,7 +388,7 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
     """``epochs: auto`` (the default): every trained baseline, in the space or not, tells how many
     epochs models took to their best validation here; the supernet's schedule is their median."""
     from rankitect.search.base import SearchContext, TrialResult
-    from rankitect.search.dnas import DnasSearch
+    from rankitect.search.strategies.dnas import DnasSearch
     from rankitect.space.baselines import get_baseline
 
     space = three_slots()
@@ -405,7 +405,7 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
         seen["schedule"] = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
         return ArchitectureWeights(space)
 
-    monkeypatch.setattr("rankitect.search.dnas.dnas_search", fake_search)
+    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", fake_search)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
     strategy.search(context)
@@ -451,7 +451,7 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     best architecture trained so far: a baseline while it is best, then the change that beat it;
     every other change is the most preferred one that costs less than its origin."""
     from rankitect.search.base import SearchContext, SpaceExhausted, TrialResult
-    from rankitect.search.dnas import DnasSearch
+    from rankitect.search.strategies.dnas import DnasSearch
 
     space = three_slots()
     rng = np.random.default_rng(3)
@@ -459,7 +459,7 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     with torch.no_grad():
         for a in weights.logits:
             a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(int(rng.integers(1 << 30)))))
-    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: weights)
+    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: weights)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
 
@@ -500,7 +500,7 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     third = strategy.ask()
     assert third == _preferred_change(space, weights, first, seen)
 
-    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
+    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
     resumed = DnasSearch(space, seed=0, objective=Objective(), fill=10)
     resumed.load_state_dict(state)
     resumed.start(replace(context, finished={argmax.hash, first.hash, second.hash}))
@@ -514,7 +514,7 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     within the target) of the best architecture that has one, although the change the weights
     prefer most costs more."""
     from rankitect.search.base import SearchContext, TrialResult
-    from rankitect.search.dnas import DnasSearch
+    from rankitect.search.strategies.dnas import DnasSearch
 
     space = three_slots()
 
@@ -543,7 +543,7 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
             break
     else:
         pytest.fail("no weights and architecture whose preferred change costs more than the target")
-    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: weights)
+    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: weights)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
     objective = Objective(target_mflops=target)

@@ -17,8 +17,8 @@ from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
 from rankitect.data.store import ClickData
 from rankitect.eval.evaluate import evaluate
 from rankitect.search import Objective, TrialResult, build_strategy
-from rankitect.search.dnas import dnas_schedule
-from rankitect.search.oneshot import (
+from rankitect.search.strategies.dnas import dnas_schedule
+from rankitect.search.strategies.oneshot import (
     OneShotSearch, best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, score, seed_population,
     train_supernet,
 )

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rankitect.search import STRATEGIES, SpaceExhausted, Strategy, TrialResult, build_strategy, register_strategy
-from rankitect.search.evolution import RegularizedEvolution
+from rankitect.search.strategies.evolution import RegularizedEvolution
 from tests.search.toy import ToySpace, toy_result
 
 NAMES = ["random", "evolution", "tpe", "nsga2"]

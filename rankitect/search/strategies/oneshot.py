@@ -7,7 +7,7 @@ After NASRec (Zhang et al., WWW'23, arXiv 2207.07187):
    from 1 to 0 at ``warmup_steps``, so every weight gets trained early. Like DNAS's, the training
    is sized to the data (:func:`oneshot_schedule`): ``supernet_steps`` or ``epochs`` passes over
    the train split, whichever is fewer, the warm-up keeping its share of the steps.
-2. **Regularized evolution** (:class:`~rankitect.search.evolution.RegularizedEvolution`) where each
+2. **Regularized evolution** (:class:`~rankitect.search.strategies.evolution.RegularizedEvolution`) where each
    child is scored without training it: its weights are cut from the supernet, its head is
    fine-tuned for ``finetune_steps`` steps on the features of ``finetune_batches`` fixed training
    batches, and its NE on ``score_batches`` validation batches, with the FLOPs penalty, is the
@@ -41,7 +41,7 @@ from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch, concat_batches
 from rankitect.eval.metrics import MetricAccumulator
 from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
-from rankitect.search.evolution import RegularizedEvolution
+from rankitect.search.strategies.evolution import RegularizedEvolution
 from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.supernet.train import (
