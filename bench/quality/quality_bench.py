@@ -144,7 +144,7 @@ def aimed_at(table: pd.DataFrame, target: float | None) -> dict[str, Any]:
     """The baseline whose FLOPs the search's ``auto`` target took (the best on validation by the
     objective, or the cheapest within ``search.min_gain_se`` standard errors of it; of the baselines
     at those FLOPs, the best by validation NE): its name, test NE and FLOPs."""
-    from rankitect.search.objective import at_most
+    from rankitect.eval.objective import at_most
 
     if target is None:
         return {}
@@ -160,7 +160,7 @@ def per_seed(d: pd.DataFrame) -> None:
     """Each strategy against each seed's own best baseline, the one its search found on validation
     (NE, and FLOPs as the objective weighs them) and aimed at (``target_mflops: auto``), as an
     engineer picks what to ship without the test set."""
-    from rankitect.search.objective import at_most
+    from rankitect.eval.objective import at_most
 
     if "aimed_at" not in d:
         return

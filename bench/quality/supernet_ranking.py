@@ -95,7 +95,7 @@ def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, s
     """A supernet trained as the ``dnas`` (leaning towards ``start``) or ``oneshot`` search trains it.
     A ``dnas`` phase reads its tau against ``standalone`` every ``rank_every`` steps and prints them."""
     from rankitect.search.strategies.dnas import dnas_search
-    from rankitect.search.objective import Objective
+    from rankitect.eval.objective import Objective
     from rankitect.search.strategies.oneshot import train_supernet
     from rankitect.supernet.ranking import RankCheck
     from rankitect.supernet.train import build_supernet

@@ -37,7 +37,9 @@ from bench.common import parse_args
 from bench.speed.nas_cost import cost_bench
 from rankitect.config import DnasConfig, OneShotConfig, load_config
 from rankitect.data import open_data
-from rankitect.search import Objective, TrialResult, build_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from rankitect.search.strategies.dnas import dnas_search
 from rankitect.search.strategies.oneshot import best_scored, make_scorer, train_supernet
 from rankitect.supernet.train import build_supernet

@@ -16,21 +16,17 @@ from rankitect.search.base import (
     SearchContext,
     SpaceExhausted,
     Strategy,
-    TrialResult,
     arch_hash,
     build_strategy,
     register_strategy,
 )
-from rankitect.search.objective import Objective
 
 __all__ = [
     "STRATEGIES",
-    "Objective",
     "Proposer",
     "SearchContext",
     "SpaceExhausted",
     "Strategy",
-    "TrialResult",
     "arch_hash",
     "build_strategy",
     "register_strategy",

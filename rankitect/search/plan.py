@@ -13,7 +13,8 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rankitect.errors import ConfigError
-from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, arch_hash
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, arch_hash
 
 if TYPE_CHECKING:
     from rankitect.space import Architecture

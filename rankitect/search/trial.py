@@ -24,7 +24,7 @@ import numpy as np
 
 from rankitect.config import TrainConfig
 from rankitect.cost import measure
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.pruning import RungTicket
 from rankitect.space.architecture import Architecture
 from rankitect.space.pricing import check_fits

@@ -11,7 +11,7 @@ import pytest
 from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
 from rankitect.search.budget import TimeBudget
 from rankitect.search.strategies.dnas import dnas_search
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
 from rankitect.search.strategies.oneshot import train_supernet
 from rankitect.space import get_space
 from rankitect.space.baselines import get_baseline

@@ -16,7 +16,7 @@ from rankitect.config import DnasConfig, TrainConfig
 from rankitect.data.store import ClickData
 from rankitect.search.strategies.dnas import ArchStep, Stability, dnas_schedule, dnas_search
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
 from rankitect.supernet.train import SupernetTrainer, build_supernet
 from rankitect.space import cost, get_space
 from rankitect.space.architecture import Architecture
@@ -349,7 +349,7 @@ def test_leaning_towards_a_path_makes_its_architecture_the_most_probable() -> No
 
 
 def test_dnas_takes_the_baselines_its_space_holds() -> None:
-    from rankitect.search.base import TrialResult
+    from rankitect.eval.result import TrialResult
     from rankitect.search.strategies.dnas import DnasSearch
     from rankitect.space.baselines import get_baseline
 
@@ -387,7 +387,8 @@ class _NoTracker:
 def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickData, monkeypatch) -> None:
     """``epochs: auto`` (the default): every trained baseline, in the space or not, tells how many
     epochs models took to their best validation here; the supernet's schedule is their median."""
-    from rankitect.search.base import SearchContext, TrialResult
+    from rankitect.eval.result import TrialResult
+    from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
     from rankitect.space.baselines import get_baseline
 
@@ -450,7 +451,8 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     """Past its ``top_k``, a search with a time budget asks the most preferred untried change of the
     best architecture trained so far: a baseline while it is best, then the change that beat it;
     every other change is the most preferred one that costs less than its origin."""
-    from rankitect.search.base import SearchContext, SpaceExhausted, TrialResult
+    from rankitect.eval.result import TrialResult
+    from rankitect.search.base import SearchContext, SpaceExhausted
     from rankitect.search.strategies.dnas import DnasSearch
 
     space = three_slots()
@@ -513,7 +515,8 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     (here one above the target), then the most preferred simplification (cheaper than its origin,
     within the target) of the best architecture that has one, although the change the weights
     prefer most costs more."""
-    from rankitect.search.base import SearchContext, TrialResult
+    from rankitect.eval.result import TrialResult
+    from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
 
     space = three_slots()

@@ -11,9 +11,10 @@ import torch
 
 from rankitect.config import DnasConfig
 from rankitect.data.store import ClickData
-from rankitect.search.base import SearchContext, TrialResult
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import SearchContext
 from rankitect.search.strategies.dnas import DnasSearch, dnas_search
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
 from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.ranking import RankCheck, probe_check
 from rankitect.supernet.train import build_supernet, evaluate_path

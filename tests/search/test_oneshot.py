@@ -16,7 +16,9 @@ from rankitect.cli import main
 from rankitect.config import DnasConfig, OneShotConfig, TrainConfig
 from rankitect.data.store import ClickData
 from rankitect.eval.evaluate import evaluate
-from rankitect.search import Objective, TrialResult, build_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from rankitect.search.strategies.dnas import dnas_schedule
 from rankitect.search.strategies.oneshot import (
     OneShotSearch, best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, score, seed_population,

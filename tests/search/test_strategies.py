@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from rankitect.search import STRATEGIES, SpaceExhausted, Strategy, TrialResult, build_strategy, register_strategy
+from rankitect.eval.result import TrialResult
+from rankitect.search import STRATEGIES, SpaceExhausted, Strategy, build_strategy, register_strategy
 from rankitect.search.strategies.evolution import RegularizedEvolution
 from tests.search.toy import ToySpace, toy_result
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from rankitect.config import SurrogateConfig
-from rankitect.search import Objective, TrialResult, build_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from rankitect.search.surrogate import Guide, RidgeEnsemble
 from rankitect.space import get_space
 from tests.search.toy import ToySpace, toy_result

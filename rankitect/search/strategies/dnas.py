@@ -8,7 +8,7 @@ options). The architecture weights minimize the expected
     objective.torch_value(NE of the batch, MFLOPs)
 
 (NE times the ``relaxed`` or ``absolute`` cost per doubling of FLOPs beyond ``search.target_mflops``,
-:mod:`rankitect.search.objective`), by one of two estimators (``search.dnas.estimator``):
+:mod:`rankitect.eval.objective`), by one of two estimators (``search.dnas.estimator``):
 
 * ``reinforce`` (the default): the score function with a leave-one-out baseline. ``samples``
   paths are drawn from the distribution and scored on one batch with the weights as they are
@@ -51,13 +51,14 @@ import torch
 from tqdm import tqdm
 
 from rankitect.config import DnasConfig, SurrogateConfig, TrainConfig
-from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch
-from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
-from rankitect.search.base import STOPPED_TAG, SearchContext, Space, SpaceExhausted, TrialResult, register_strategy
-from rankitect.search.objective import Objective, at_most
+from rankitect.errors import ConfigError
+from rankitect.eval.objective import Objective, at_most
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import STOPPED_TAG, SearchContext, Space, SpaceExhausted, register_strategy
 from rankitect.search.plan import PlanProposer
 from rankitect.search.surrogate import Guide, Guided
+from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, frozen, save_supernet,
     set_bucket_edges, supernet_schedule,

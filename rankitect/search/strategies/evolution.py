@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rankitect.eval.objective import Objective
 from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.history import Record, make_history
-from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy
 from rankitect.search.strategies.random import GuidedHistory, draw_new
 from rankitect.search.surrogate import Guide

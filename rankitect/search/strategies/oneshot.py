@@ -37,13 +37,14 @@ from torch.func import functional_call
 from tqdm import tqdm
 
 from rankitect.config import OneShotConfig, TrainConfig
-from rankitect.errors import ConfigError
 from rankitect.data.batch import Batch, concat_batches
+from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator
-from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, TrialResult, register_strategy
-from rankitect.search.strategies.evolution import RegularizedEvolution
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, register_strategy
 from rankitect.search.plan import PlanProposer
+from rankitect.search.strategies.evolution import RegularizedEvolution
 from rankitect.supernet.train import (
     CurveLogger, SupernetTrainer, batches, build_supernet, check_supernet_memory, save_supernet, set_bucket_edges,
     supernet_schedule,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.history import make_history, observe
-from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy
 from rankitect.search.surrogate import Guide, Guided
 
