@@ -48,7 +48,10 @@ class SpaceExhausted(RuntimeError):
     """A strategy found no architecture it has not proposed before within its retry budget."""
 
 
-class Choice(Protocol):
+class LabelledOptions(Protocol):
+    """What a strategy reads of one choice of a space (``rankitect.space.space.Choice``): its label
+    and the options it may take."""
+
     label: str
     options: tuple[Any, ...]
 
@@ -56,7 +59,7 @@ class Choice(Protocol):
 class Space(Protocol):
     """What a strategy needs from a search space (``rankitect.space.SearchSpace`` provides it)."""
 
-    choices: dict[str, Choice]
+    choices: dict[str, LabelledOptions]
 
     def sample(self, rng: np.random.Generator) -> dict[str, Any]: ...
 
@@ -234,7 +237,9 @@ def build_strategy(
 
 
 __all__ = [
+    "STOPPED_TAG",
     "STRATEGIES",
+    "LabelledOptions",
     "Proposer",
     "SearchContext",
     "Space",
