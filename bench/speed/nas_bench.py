@@ -40,8 +40,9 @@ from rankitect.data import open_data
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search import build_strategy
-from rankitect.search.strategies.dnas import dnas_search
-from rankitect.search.strategies.oneshot import best_scored, make_scorer, train_supernet
+from rankitect.search.strategies.oneshot import best_scored
+from rankitect.supernet.dnas_phase import dnas_search
+from rankitect.supernet.oneshot_phase import make_scorer, train_supernet
 from rankitect.supernet.train import build_supernet
 from rankitect.search.trial import run_trial
 from rankitect.space import get_space

@@ -14,7 +14,8 @@ import torch
 from rankitect.cli import main
 from rankitect.config import DnasConfig, TrainConfig
 from rankitect.data.store import ClickData
-from rankitect.search.strategies.dnas import ArchStep, Stability, dnas_schedule, dnas_search
+from rankitect.supernet.dnas_phase import Stability, dnas_schedule, dnas_search
+from rankitect.supernet.dnas_step import ArchStep
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops
 from rankitect.eval.objective import Objective
 from rankitect.supernet.train import SupernetTrainer, build_supernet
@@ -281,7 +282,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     def no_supernet(*args: object, **kwargs: object) -> None:
         raise AssertionError("a resumed search with a plan must not train a supernet")
 
-    monkeypatch.setattr("rankitect.search.strategies.dnas.build_supernet", no_supernet)
+    monkeypatch.setattr("rankitect.search.plan.build_supernet", no_supernet)
     assert main(["search", "--resume", parent]) == 0
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
     retrained = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate"]
@@ -363,7 +364,7 @@ def test_dnas_takes_the_baselines_its_space_holds() -> None:
 
 
 def test_auto_epochs_is_the_median_of_the_baselines_epochs_to_their_best() -> None:
-    from rankitect.search.strategies.dnas import auto_epochs
+    from rankitect.supernet.dnas_phase import auto_epochs
 
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -406,7 +407,7 @@ def test_dnas_supernet_trains_as_many_epochs_as_the_baselines_took(data: ClickDa
         seen["schedule"] = dnas_schedule(cfg, len(data.split("train")), train_cfg.batch_size)
         return ArchitectureWeights(space)
 
-    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", fake_search)
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", fake_search)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
     strategy.search(context)
@@ -461,7 +462,7 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     with torch.no_grad():
         for a in weights.logits:
             a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(int(rng.integers(1 << 30)))))
-    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: weights)
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
 
@@ -502,7 +503,7 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     third = strategy.ask()
     assert third == _preferred_change(space, weights, first, seen)
 
-    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
     resumed = DnasSearch(space, seed=0, objective=Objective(), fill=10)
     resumed.load_state_dict(state)
     resumed.start(replace(context, finished={argmax.hash, first.hash, second.hash}))
@@ -546,7 +547,7 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
             break
     else:
         pytest.fail("no weights and architecture whose preferred change costs more than the target")
-    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: weights)
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
     objective = Objective(target_mflops=target)

@@ -19,11 +19,9 @@ from rankitect.eval.evaluate import evaluate
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search import build_strategy
-from rankitect.search.strategies.dnas import dnas_schedule
-from rankitect.search.strategies.oneshot import (
-    OneShotSearch, best_scored, check_oneshot_config, evolve, make_scorer, oneshot_schedule, score, seed_population,
-    train_supernet,
-)
+from rankitect.search.strategies.oneshot import OneShotSearch, best_scored, check_oneshot_config, evolve, seed_population
+from rankitect.supernet.dnas_phase import dnas_schedule
+from rankitect.supernet.oneshot_phase import make_scorer, oneshot_schedule, score, train_supernet
 from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path, supernet_schedule
 from rankitect.space import get_space
 from tests.learnable import learnable_source

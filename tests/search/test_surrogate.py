@@ -208,7 +208,7 @@ def test_dnas_climb_trains_the_change_the_surrogate_ranks_best(tmp_path, monkeyp
     with torch.no_grad():
         for i, a in enumerate(weights.logits):
             a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(i)))
-    monkeypatch.setattr("rankitect.search.strategies.dnas.dnas_search", lambda *args, **kw: weights)
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
     data = tiny_click_data(tmp_path / "data", rows=512)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
