@@ -19,7 +19,8 @@ from rankitect.supernet.dnas_phase import dnas_search
 from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.ranking import RankCheck, probe_check
 from rankitect.supernet.train import build_supernet, evaluate_path
-from tests.search.test_dnas import TRAIN, _NoTracker, _Steps, three_slots
+from tests.search.test_dnas import _NoTracker
+from tests.supernet.test_dnas_phase import TRAIN, _Steps, three_slots
 from tests.search.tiny_data import tiny_click_data
 
 
