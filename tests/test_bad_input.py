@@ -122,7 +122,7 @@ def test_a_hostile_genotype_value_is_one_line_naming_the_file(sandbox: Path, cap
 def _run_with_weights(root: Path, weights: bytes) -> str:
     """A tracked dlrm run whose kept weights file holds ``weights``."""
     from rankitect.data import open_data
-    from rankitect.search.base import TrialResult
+    from rankitect.eval.result import TrialResult
     from rankitect.space.baselines import get_baseline
     from rankitect.track import Tracker
 

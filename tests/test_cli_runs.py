@@ -9,7 +9,7 @@ import pytest
 
 from rankitect.cli import main
 from rankitect.eval.pareto import pareto_table
-from rankitect.search import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.track import Tracker
 from tests.search.toy import ToyArch
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from rankitect.cost import Cost, measure
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.serve import score_requests
 from rankitect.space import BASELINES, get_baseline, get_space
 from rankitect.space.builder import RankingModel, build_model

@@ -93,9 +93,9 @@ def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, s
                        archs: list[Any], standalone: list[float]) -> Any:
     """A supernet trained as the ``dnas`` (leaning towards ``start``) or ``oneshot`` search trains it.
     A ``dnas`` phase reads its tau against ``standalone`` every ``ranking.every`` steps and prints them."""
-    from rankitect.search.dnas import dnas_search
-    from rankitect.search.objective import Objective
-    from rankitect.search.oneshot import train_supernet
+    from rankitect.supernet.dnas_phase import dnas_search
+    from rankitect.eval.objective import Objective
+    from rankitect.supernet.oneshot_phase import train_supernet
     from rankitect.supernet.ranking import RankCheck
     from rankitect.supernet.train import build_supernet
 
@@ -121,7 +121,7 @@ def one_run(cfg: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Tau of one data set and seed, and the time each part took."""
     from rankitect.data import open_data
     from rankitect.eval.ranking import kendall_tau
-    from rankitect.search.oneshot import make_scorer
+    from rankitect.supernet.oneshot_phase import make_scorer
     from rankitect.search.sizing import space_for
     from rankitect.search.trial import run_trial
     from rankitect.supernet.train import evaluate_path

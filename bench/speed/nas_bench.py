@@ -37,9 +37,12 @@ from bench.common import parse_args
 from bench.speed.nas_cost import cost_bench
 from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, load_config
 from rankitect.data import open_data
-from rankitect.search import Objective, TrialResult, build_strategy
-from rankitect.search.dnas import dnas_search
-from rankitect.search.oneshot import best_scored, make_scorer, train_supernet
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
+from rankitect.search.strategies.oneshot import best_scored
+from rankitect.supernet.dnas_phase import dnas_search
+from rankitect.supernet.oneshot_phase import make_scorer, train_supernet
 from rankitect.supernet.train import build_supernet
 from rankitect.search.trial import run_trial
 from rankitect.space import get_space

@@ -31,7 +31,7 @@ from bench.plain import plain_model, plain_step
 from rankitect.config import load_config
 from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.runner import SearchRunner
 from rankitect.search.pruning import Rungs
 from rankitect.search.trial import run_trial

@@ -64,7 +64,7 @@ def finetune_run(
     from rankitect.data.spec import FeatureSpec
     from rankitect.search.progress import TrainingProgress
     from rankitect.export.exporter import read_state_dict
-    from rankitect.search.base import TrialResult
+    from rankitect.eval.result import TrialResult
     from rankitect.space import build_model
     from rankitect.space.architecture import read_genotype
     from rankitect.space.flops import cost

@@ -27,7 +27,7 @@ def add_commands(sub: Any) -> None:
 
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.data import open_data
-    from rankitect.search.base import TrialResult
+    from rankitect.eval.result import TrialResult
     from rankitect.space.flops import cost
     from rankitect.track import Tracker
     from rankitect.track.names import COMMAND
@@ -61,7 +61,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
 
 def _train_sharded(args: argparse.Namespace, cfg: Config) -> int:
     """``rankitect train`` with torchrec-sharded tables, one process per rank under torchrun."""
-    from rankitect.search.base import TrialResult
+    from rankitect.eval.result import TrialResult
     from rankitect.space.flops import cost
     from rankitect.train.sharding import init_distributed, open_data_in_turn, shutdown, train_distributed
 

@@ -86,12 +86,12 @@ def pareto_table(
     Args:
         results: ``(architecture or genotype hash, result)`` pairs of the search's candidates.
         baselines: ``name -> result`` (or ``(name, result)`` pairs) of hand-built models.
-        objective: scores an ok result (``rankitect.search.Objective``); validation NE if omitted.
+        objective: scores an ok result (:class:`~rankitect.eval.objective.Objective`); validation NE if omitted.
         x, y: the Pareto axes, both minimized.
         winner: ``(kind, name)`` of the row to mark as the winner, chosen by the caller (a search
             weighs the noise of validation: :func:`rankitect.search.selection.choose_winner`).
 
-    Results are :class:`~rankitect.search.TrialResult` or anything with its attributes. Columns:
+    Results are :class:`~rankitect.eval.result.TrialResult` or anything with its attributes. Columns:
     ``name`` (the hash for candidates), ``hash``, ``kind`` (``candidate`` | ``baseline``), ``status``,
     the metrics, ``objective``, ``on_front`` (over candidates and baselines together) and
     ``winner`` (``winner``'s row; without it, the ok candidate or baseline with the lowest objective,

@@ -3,33 +3,30 @@
 ``build_strategy(name, space, seed=..., objective=..., **options)`` with ``name`` one of
 :data:`STRATEGIES`, the one registry: ``random``, ``evolution``, ``tpe``, ``nsga2``, and the
 weight-sharing ``oneshot`` and ``dnas``, which train a supernet when the runner starts them
-(:meth:`~rankitect.search.base.Strategy.start`) and then propose what it chose. Every one is a
+(:meth:`~rankitect.search.base.Strategy.start`) and then propose what it chose; each lives in
+:mod:`rankitect.search.strategies`, the runtime that runs them beside it here. Every one is a
 :class:`~rankitect.search.base.Proposer` run by the one loop of :class:`~rankitect.search.runner.SearchRunner`.
 Optuna is imported only when a strategy that needs it is built.
 """
 
-from rankitect.search import dnas, evolution, oneshot, optuna_search, random_search  # noqa: F401  (registers them)
+import rankitect.search.strategies  # noqa: F401  (registers every strategy)
 from rankitect.search.base import (
     STRATEGIES,
     Proposer,
     SearchContext,
     SpaceExhausted,
     Strategy,
-    TrialResult,
     arch_hash,
     build_strategy,
     register_strategy,
 )
-from rankitect.search.objective import Objective
 
 __all__ = [
     "STRATEGIES",
-    "Objective",
     "Proposer",
     "SearchContext",
     "SpaceExhausted",
     "Strategy",
-    "TrialResult",
     "arch_hash",
     "build_strategy",
     "register_strategy",

@@ -1,10 +1,12 @@
-"""The strategy protocol, the result of one trial, and the one registry of strategies.
+"""The strategy protocol and the one registry of strategies.
 
 A strategy proposes architectures and learns from their results; it never trains a candidate
 (``oneshot`` and ``dnas`` train a supernet in :meth:`Strategy.start`, before their first proposal).
 Every strategy is a :class:`Proposer`, and the runner's one loop is ``arch = strategy.ask()``,
-train and score ``arch``, then ``strategy.tell(arch, result)`` with a :class:`TrialResult`:
+train and score ``arch``, then ``strategy.tell(arch, result)`` with a
+:class:`~rankitect.eval.result.TrialResult`:
 
+>>> from rankitect.eval.result import TrialResult
 >>> from rankitect.search import build_strategy
 >>> from rankitect.space import get_space
 >>> strategy = build_strategy("evolution", get_space("nasrec"), seed=0, population=8, sample_size=2)
@@ -26,30 +28,31 @@ seeded from ``seed``: the same seed and the same told results give the same arch
 from __future__ import annotations
 
 import inspect
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from rankitect.eval.objective import Objective
 from rankitect.registry import Registry
-from rankitect.search.objective import Objective
 from rankitect.track.names import STOPPED as STOPPED_TAG
 
 if TYPE_CHECKING:
-    from rankitect.cost import Cost
+    from rankitect.eval.result import TrialResult
     from rankitect.space import Architecture
 
-STATUSES = ("ok", "failed", "pruned")
 
 
 class SpaceExhausted(RuntimeError):
     """A strategy found no architecture it has not proposed before within its retry budget."""
 
 
-class Choice(Protocol):
+class LabelledOptions(Protocol):
+    """What a strategy reads of one choice of a space (``rankitect.space.space.Choice``): its label
+    and the options it may take."""
+
     label: str
     options: tuple[Any, ...]
 
@@ -57,7 +60,7 @@ class Choice(Protocol):
 class Space(Protocol):
     """What a strategy needs from a search space (``rankitect.space.SearchSpace`` provides it)."""
 
-    choices: dict[str, Choice]
+    choices: dict[str, LabelledOptions]
 
     def sample(self, rng: np.random.Generator) -> dict[str, Any]: ...
 
@@ -72,105 +75,6 @@ def arch_hash(arch: Architecture) -> str:
     """The stable genotype hash of ``arch`` (a property or a method on the architecture)."""
     h = arch.hash
     return str(h() if callable(h) else h)
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """The outcome of training and scoring one architecture.
-
-    Args:
-        status: ``"ok"``, ``"failed"`` (diverged, crashed, out of memory ...) or ``"pruned"``
-            (stopped early by the search's successive halving; its budget slot is given back).
-        val_ne: NE on the validation split (of the best validation); what strategies rank by.
-            Required when ok; a pruned trial's is the best before it was stopped.
-        test_ne, test_auc, test_logloss: held-out metrics, reported only.
-        mflops: forward MFLOPs per example as served (``cost.served_mflops``). Required when ok.
-        params: number of model parameters.
-        cost: the candidate's :class:`~rankitect.cost.Cost` (plain and ROCS FLOPs, parameters),
-            measured once before training; ``None`` when it was never built.
-        train_seconds: wall time of training.
-        error: why a failed trial failed.
-        steps: training steps taken; best_step: the step of the best validation (an ok trial's).
-        stopped: why training ended early though the trial is ok (``"time budget"``: the search's
-            deadline; its best validation so far is its result), ``None`` when it ran to its end.
-    """
-
-    status: str = "ok"
-    val_ne: float | None = None
-    test_ne: float | None = None
-    test_auc: float | None = None
-    test_logloss: float | None = None
-    mflops: float | None = None
-    params: int | None = None
-    train_seconds: float | None = None
-    error: str | None = None
-    steps: int | None = None  # training steps taken
-    cost: Cost | None = None
-    best_step: int | None = None  # the step of the best validation
-    stopped: str | None = None  # e.g. "time budget": cut short by the search's deadline
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"TrialResult status must be one of {STATUSES}, got {self.status!r}")
-        if self.ok:
-            for name in ("val_ne", "mflops"):
-                value = getattr(self, name)
-                if value is None or not math.isfinite(value):
-                    raise ValueError(f"an ok TrialResult needs a finite {name}, got {value!r}")
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @classmethod
-    def failure(
-        cls, error: str, *, mflops: float | None = None, params: int | None = None,
-        train_seconds: float | None = None, cost: Cost | None = None,
-    ) -> TrialResult:
-        """A failed trial with its error message (and whatever was known before it failed)."""
-        return cls(status="failed", error=error, mflops=mflops, params=params, train_seconds=train_seconds, cost=cost)
-
-    @property
-    def pruned(self) -> bool:
-        return self.status == "pruned"
-
-    @classmethod
-    def pruning(
-        cls, error: str, *, val_ne: float | None, mflops: float | None, params: int | None,
-        train_seconds: float | None, steps: int | None, cost: Cost | None = None,
-    ) -> TrialResult:
-        """A pruned trial: why, its best validation NE so far and what it cost."""
-        val_ne = val_ne if val_ne is not None and math.isfinite(val_ne) else None
-        return cls(status="pruned", error=error, val_ne=val_ne, mflops=mflops, params=params,
-                   train_seconds=train_seconds, steps=steps, cost=cost)
-
-    @classmethod
-    def from_metrics(
-        cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
-        train_seconds: float | None = None, steps: int | None = None, cost: Cost | None = None,
-        best_step: int | None = None, stopped: str | None = None,
-    ) -> TrialResult:
-        """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
-        return cls(
-            val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
-            test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
-            train_seconds=train_seconds, steps=steps, cost=cost, best_step=best_step, stopped=stopped,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown TrialResult keys {unknown}; known: {sorted(known)}")
-        if isinstance(d.get("cost"), dict):
-            from rankitect.cost import Cost
-
-            d = {**d, "cost": Cost(**d["cost"])}
-        return cls(**d)
 
 
 @dataclass
@@ -328,13 +232,14 @@ def build_strategy(
 
 
 __all__ = [
+    "STOPPED_TAG",
     "STRATEGIES",
+    "LabelledOptions",
     "Proposer",
     "SearchContext",
     "Space",
     "SpaceExhausted",
     "Strategy",
-    "TrialResult",
     "arch_hash",
     "build_strategy",
     "register_strategy",

@@ -20,7 +20,7 @@ from typing import Any
 from rankitect.config import SearchConfig
 from rankitect.errors import ConfigError
 from rankitect.search.base import STRATEGIES, Space, Strategy, build_strategy, strategy_options
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
 
 
 def objective_from_config(cfg: SearchConfig) -> Objective:

@@ -10,14 +10,20 @@ yet recorded, to be trained from scratch like any candidate. The plan is part of
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rankitect.config import check_section
 from rankitect.errors import ConfigError
-from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, TrialResult, arch_hash
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, arch_hash
+from rankitect.supernet.train import CurveLogger, build_supernet, check_supernet_memory, save_supernet
+from rankitect.train.protocol import BUDGET_STOP, deadline_passed
 
 if TYPE_CHECKING:
     from rankitect.space import Architecture
+    from rankitect.supernet.model import Supernet
 
 
 class PlanProposer(Strategy):
@@ -62,7 +68,7 @@ class PlanProposer(Strategy):
     def plan_size(self) -> int:
         """Architectures to train: the section's ``supernet.top_k``, or ``fill`` where that is more (a search
         trains ``search.trials`` candidates, as a sampling strategy does: oneshot plans that many, best
-        first; dnas retrains its ``top_k`` and climbs from there, :class:`~rankitect.search.dnas.DnasSearch`).
+        first; dnas retrains its ``top_k`` and climbs from there, :class:`~rankitect.search.strategies.dnas.DnasSearch`).
         A time budget may end the retraining before."""
         return max(self.config.supernet.top_k, self.fill)
 
@@ -99,6 +105,26 @@ class PlanProposer(Strategy):
     @abstractmethod
     def search(self, context: SearchContext) -> list[Architecture]:
         """The supernet phase: the architectures to retrain from scratch, best first."""
+
+    @contextmanager
+    def supernet_phase(self, context: SearchContext) -> Iterator[tuple[Supernet, CurveLogger]]:
+        """A supernet of the space and the curves of its ``supernet`` child run, for the phase run
+        inside the ``with``. The supernet is refused before it is built when it would not fit in
+        ``runtime.memory_budget`` (no run is started then); after the phase its run is tagged when
+        the time budget stopped it, keeps the supernet's weights (``rankitect finetune
+        --from-supernet`` cuts candidates out of them) and ends."""
+        data, tracker = context.data, context.tracker
+        memory = check_supernet_memory(self.space, data.spec, context.memory_budget, context.flops_range)
+        context.echo(f"{self.name}: supernet estimated at {memory.describe()}")
+        supernet = build_supernet(self.space, data.spec, context.seed)
+        run_id = tracker.start_child_run(context.parent_run_id, "supernet", "supernet")
+        curves = CurveLogger(tracker, run_id)
+        yield supernet, curves
+        curves.flush()
+        if deadline_passed(context.deadline):
+            tracker.set_tag(run_id, STOPPED_TAG, BUDGET_STOP)
+        save_supernet(tracker, run_id, supernet, self.space, data.spec)
+        tracker.end_run(run_id, "FINISHED")
 
     def start(self, context: SearchContext) -> None:
         self._echo = context.echo

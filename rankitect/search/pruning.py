@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import rankitect.search._optuna as _optuna
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 
 RUNG_SUFFIX = ".rungs"
 

@@ -26,14 +26,15 @@ import pandas as pd
 
 from rankitect.config import Config, config_from_dict, rename_old_keys, to_dict
 from rankitect.errors import UserError
-from rankitect.search.base import STOPPED_TAG, Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
+from rankitect.eval.objective import at_most
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import STOPPED_TAG, Proposer, SearchContext, SpaceExhausted, arch_hash
 from rankitect.search.budget import TimeBudget, parse_duration, spending
 from rankitect.search.checkpoint import (SearchState, TrialRecord, check_writable, folder_lock, load_state,
                                          new_trial_id, process_key, save_state)
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.identity import config_identity, refuse_difference, search_identity
 from rankitect.search.kept import KeptWeights
-from rankitect.search.objective import at_most
 from rankitect.search.plan import PlanProposer
 from rankitect.search.selection import TARGET_RULES, Choice, Entrant, ValLosses, auto_target, choose_winner
 from rankitect.search.progress import LineProgress

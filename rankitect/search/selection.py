@@ -18,7 +18,7 @@ The standard error is paired: both models are scored on the same validation rows
 per-example losses ``a_i`` and ``b_i`` (nats) and the validation split's entropy ``H`` the
 difference of NE is ``mean(a - b) / H`` and its standard error ``sd(a - b) / (sqrt(n) H)``, much
 smaller than the two NEs' own errors, since most of a row's loss is the row's, not the model's.
-The objective's FLOPs factors ``k = 1 + w * doublings`` (see :mod:`rankitect.search.objective`)
+The objective's FLOPs factors ``k = 1 + w * doublings`` (see :mod:`rankitect.eval.objective`)
 weigh each side: the difference of objectives is ``mean(k_b b - k_a a) / H``.
 
 ``search.target_mflops: auto`` (the default) is the FLOPs of the best baseline by validation NE:
@@ -49,8 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rankitect.search.base import TrialResult
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
 
 DEFAULT_MIN_GAIN_SE = 1.0  # the one-standard-error rule
 

@@ -49,8 +49,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rankitect.config import check_section
-from rankitect.search.base import Space, TrialResult, arch_hash
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import Space, arch_hash
 
 if TYPE_CHECKING:
     from rankitect.config import SurrogateConfig

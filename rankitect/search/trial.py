@@ -2,7 +2,7 @@
 
 ``run_trial`` is what every search evaluates, in-process or in a worker of a local process pool:
 a candidate that fails to build, raises while training, or diverges becomes a failed
-:class:`~rankitect.search.base.TrialResult` with its error, and the search goes on.
+:class:`~rankitect.eval.result.TrialResult` with its error, and the search goes on.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 
 from rankitect.config import TrainConfig
 from rankitect.cost import measure
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.pruning import RungTicket
 from rankitect.space.architecture import Architecture
 from rankitect.space.pricing import check_fits

@@ -10,5 +10,12 @@ Below ``search`` (whose ``oneshot`` and ``dnas`` proposers train it), above ``sp
   how a narrower block's weights are cut from them;
 * :mod:`~rankitect.supernet.memory`: what training the supernet holds in memory, before it is built;
 * :mod:`~rankitect.supernet.train`: training it on paths, scoring a path, saving it;
-* :mod:`~rankitect.supernet.dnas_weights`: DNAS architecture weights over the space's choices.
+* :mod:`~rankitect.supernet.oneshot_phase`: one-shot's phase, training by uniform single paths and
+  scoring a child on inherited weights;
+* :mod:`~rankitect.supernet.dnas_weights`: DNAS architecture weights over the space's choices;
+* :mod:`~rankitect.supernet.dnas_step`, :mod:`~rankitect.supernet.dnas_phase`: DNAS's phase, one
+  step of the architecture weights and the loop that trains them with the supernet;
+* :mod:`~rankitect.supernet.ranking`: whether the supernet's scores order paths as training does.
+
+A phase returns what it found; the strategy that runs it keeps the supernet's run and proposes.
 """

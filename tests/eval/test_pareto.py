@@ -11,7 +11,8 @@ import pytest
 from matplotlib.text import Text
 
 from rankitect.eval.pareto import DPI, FIGSIZE, pareto_figure, pareto_front, pareto_table, plot_pareto
-from rankitect.search import Objective, TrialResult
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
 
 
 def naive_front(xs, ys):

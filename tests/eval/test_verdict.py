@@ -4,7 +4,7 @@ validation and test NE against the best baseline, and the best candidate when it
 from __future__ import annotations
 
 from rankitect.eval.pareto import pareto_table, verdict
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 
 
 def _r(val: float, test: float, mflops: float = 1.0) -> TrialResult:
@@ -75,7 +75,7 @@ def _scripted(gain_in_se: float, n: int = 4_000) -> list:
 
 
 def test_closing_lines_name_the_baseline_the_rule_kept_and_why_the_better_candidate_lost() -> None:
-    from rankitect.search.objective import Objective
+    from rankitect.eval.objective import Objective
     from rankitect.search.selection import choose_winner
 
     entrants = _scripted(0.5)
@@ -93,7 +93,7 @@ def test_closing_lines_name_the_baseline_the_rule_kept_and_why_the_better_candid
 
 
 def test_closing_lines_of_a_winning_candidate_compare_it_with_the_best_baseline() -> None:
-    from rankitect.search.objective import Objective
+    from rankitect.eval.objective import Objective
     from rankitect.search.selection import choose_winner
 
     entrants = _scripted(3.0)
@@ -107,7 +107,7 @@ def test_closing_lines_of_a_winning_candidate_compare_it_with_the_best_baseline(
 
 
 def test_closing_lines_say_when_no_candidate_beat_the_best_baseline_on_validation() -> None:
-    from rankitect.search.objective import Objective
+    from rankitect.eval.objective import Objective
     from rankitect.search.selection import choose_winner
 
     entrants = [e for e in _scripted(0.5) if e.name != "7dff"]

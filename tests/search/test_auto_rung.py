@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rankitect.config import load_config
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.pruning import Rungs, first_rung
 from rankitect.train.task import TrialPruned
 

@@ -8,10 +8,11 @@ import math
 import pytest
 
 from rankitect.config import load_config
-from rankitect.search import TrialResult, build_strategy
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from rankitect.search import _optuna
 from rankitect.search.shared import takes_budget
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.search.selection import Choice, Entrant
 from rankitect.space import get_space

@@ -10,11 +10,11 @@ import pytest
 
 from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, TrainConfig
 from rankitect.search.budget import TimeBudget
-from rankitect.search.dnas import dnas_search
-from rankitect.search.objective import Objective
-from rankitect.search.oneshot import train_supernet
+from rankitect.eval.objective import Objective
 from rankitect.space import get_space
 from rankitect.space.baselines import get_baseline
+from rankitect.supernet.dnas_phase import dnas_search
+from rankitect.supernet.oneshot_phase import train_supernet
 from rankitect.supernet.train import build_supernet
 from rankitect.train.loop import train_architecture
 from tests.learnable import learnable_source

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rankitect.config import load_config
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.factory import objective_from_config
 from rankitect.search.selection import Entrant, auto_target, choose_winner
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rankitect.search import Objective, TrialResult, build_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from tests.search.toy import ToySpace
 
 

@@ -18,12 +18,12 @@ from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, TrainCon
 from rankitect.data.store import ClickData
 from rankitect.errors import ConfigError
 from rankitect.eval.evaluate import evaluate
-from rankitect.search import Objective, TrialResult, build_strategy
-from rankitect.search.dnas import dnas_schedule
-from rankitect.search.oneshot import (
-    OneShotSearch, best_scored, evolve, make_scorer, oneshot_schedule, score, seed_population,
-    train_supernet,
-)
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
+from rankitect.search.strategies.oneshot import OneShotSearch, best_scored, evolve, seed_population
+from rankitect.supernet.dnas_phase import dnas_schedule
+from rankitect.supernet.oneshot_phase import make_scorer, oneshot_schedule, score, train_supernet
 from rankitect.supernet.train import SliceAdam, SupernetTrainer, build_supernet, evaluate_path, supernet_schedule
 from rankitect.space import get_space
 from tests.learnable import learnable_source

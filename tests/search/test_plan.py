@@ -9,7 +9,8 @@ import pytest
 
 from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig
 from rankitect.errors import ConfigError
-from rankitect.search import STRATEGIES, SearchContext, SpaceExhausted, TrialResult, build_strategy
+from rankitect.eval.result import TrialResult
+from rankitect.search import STRATEGIES, SearchContext, SpaceExhausted, build_strategy
 from rankitect.search.base import register_strategy
 from rankitect.search.plan import PlanProposer
 from rankitect.space import get_space

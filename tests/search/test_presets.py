@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from rankitect.search import TrialResult, build_strategy
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from rankitect.space import get_space
 
 OPTIONS = {"random": {}, "evolution": {"population": 4, "sample_size": 2}, "tpe": {"n_startup_trials": 4},

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from rankitect.config import load_config
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.checkpoint import TrialRecord
 from rankitect.search.progress import SearchProgress
 from rankitect.search.runner import SearchRunner, _trial_line

@@ -12,7 +12,7 @@ import pytest
 import rankitect.train.protocol as protocol
 from rankitect.config import load_config
 from rankitect.errors import ConfigError
-from rankitect.search.base import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.search.budget import parse_duration
 from rankitect.search.pruning import Rungs, first_rung
 from rankitect.search.runner import SearchRunner

@@ -14,8 +14,8 @@ import torch
 
 from rankitect.config import TrainConfig, load_config
 from rankitect.eval.metrics import entropy
-from rankitect.search.base import TrialResult
-from rankitect.search.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.eval.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.search.selection import Entrant, ValLosses, auto_target, choose_winner, paired_gain
 from rankitect.space.baselines import get_baseline

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from rankitect.search import STRATEGIES, SpaceExhausted, Strategy, TrialResult, build_strategy, register_strategy
-from rankitect.search.evolution import RegularizedEvolution
+from rankitect.eval.result import TrialResult
+from rankitect.search import STRATEGIES, SpaceExhausted, Strategy, build_strategy, register_strategy
+from rankitect.search.strategies.evolution import RegularizedEvolution
 from tests.search.toy import ToySpace, toy_result
 
 NAMES = ["random", "evolution", "tpe", "nsga2"]

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from rankitect.config import SurrogateConfig
-from rankitect.search import Objective, TrialResult, build_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search import build_strategy
 from rankitect.search.surrogate import Guide, RidgeEnsemble
 from rankitect.space import get_space
 from tests.search.toy import ToySpace, toy_result
@@ -196,7 +198,7 @@ def test_dnas_climb_trains_the_change_the_surrogate_ranks_best(tmp_path, monkeyp
     import torch
 
     from rankitect.search.base import SearchContext
-    from rankitect.search.dnas import DnasSearch
+    from rankitect.search.strategies.dnas import DnasSearch
     from rankitect.supernet.dnas_weights import ArchitectureWeights
     from tests.search.test_dnas import TRAIN, _NoTracker, three_slots
     from tests.search.tiny_data import tiny_click_data
@@ -206,7 +208,7 @@ def test_dnas_climb_trains_the_change_the_surrogate_ranks_best(tmp_path, monkeyp
     with torch.no_grad():
         for i, a in enumerate(weights.logits):
             a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(i)))
-    monkeypatch.setattr("rankitect.search.dnas.dnas_search", lambda *args, **kw: weights)
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
     data = tiny_click_data(tmp_path / "data", rows=512)
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)

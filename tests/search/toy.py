@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rankitect.search import TrialResult
+from rankitect.eval.result import TrialResult
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from rankitect.data.spec import FeatureSpec
-from rankitect.search import TrialResult
+from rankitect.eval.result import TrialResult
 from rankitect.space.testing import tiny_spec
 from rankitect.track import Tracker
 from rankitect.track.names import KIND, PARENT

@@ -12,7 +12,8 @@ import yaml
 from mlflow import MlflowClient
 
 from rankitect.eval.pareto import pareto_table
-from rankitect.search import Objective, TrialResult
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
 from rankitect.track import DEFAULT_URI, Tracker, resolve_uri, ui_command
 from tests.search.toy import ToyArch, ToySpace
 

@@ -174,7 +174,7 @@ def test_probe_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     """``rankitect probe`` on a baseline (random init) and on a tracked run, whose kept weights are
     probed rather than a fresh initialisation (a zeroed layer outputs its bias alone, which FP8
     leaves exact); bad targets end in one line and status 2."""
-    from rankitect.search.base import TrialResult
+    from rankitect.eval.result import TrialResult
     from rankitect.space import build_model, get_baseline
     from rankitect.track import Tracker
     from rankitect.track.weights import save_weights

@@ -28,8 +28,9 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import rankitect.search._optuna as _optuna
-from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
-from rankitect.search.objective import Objective
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.shared import SharedStudy, proposal_lock
 
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rankitect.search import Objective, TrialResult
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
 
 
 @pytest.mark.parametrize("penalty", ["absolute", "relaxed"])

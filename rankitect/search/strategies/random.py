@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
+from rankitect.eval.objective import Objective
+from rankitect.eval.result import TrialResult
+from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.history import make_history, observe
-from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy
 from rankitect.search.surrogate import Guide, Guided
 
@@ -51,10 +52,22 @@ def draw_new(space: Space, rng: Any, seen: set[str], max_retries: int, k: int) -
 
 class GuidedHistory(Guided):
     """What ``random`` and ``evolution`` share: a history of flat samples (``self.history`` over
-    ``self.space``) beside an optional guide, both kept in the strategy's state."""
+    ``self.space``) beside an optional guide, both kept in the strategy's state; a tell finishes
+    the asked architecture in the history and teaches the guide."""
 
     space: Space
     history: Any
+
+    def start(self, context: SearchContext) -> None:
+        if self.guide is not None:
+            self.guide.use_data(context.data)
+
+    def tell(self, arch: Architecture, result: TrialResult) -> None:
+        h = arch_hash(arch)
+        if not self.history.is_pending(h):
+            raise ValueError(f"told architecture {h} that was not asked (or was told already)")
+        self.history.finish(h, self.objective(result), pruned=result.pruned)
+        self.learn(arch, result)
 
     def observe(self, arch: Architecture, result: TrialResult) -> bool:
         self.learn(arch, result)
@@ -92,10 +105,6 @@ class RandomSearch(GuidedHistory, Strategy):
         self.history = make_history(space, shared)
         self.guide = Guide.from_config(space, seed, surrogate)
 
-    def start(self, context: SearchContext) -> None:
-        if self.guide is not None:
-            self.guide.use_data(context.data)
-
     def ask(self) -> Architecture:
         for _ in range(self.max_retries):  # start() refuses a genotype another process just took
             found = draw_new(self.space, self.rng, self.history.seen(), self.max_retries, self.candidates_now())
@@ -103,10 +112,3 @@ class RandomSearch(GuidedHistory, Strategy):
             if self.history.start(h, sample):
                 return arch
         raise SpaceExhausted(f"random: {self.max_retries} proposals in a row were taken by other processes")
-
-    def tell(self, arch: Architecture, result: TrialResult) -> None:
-        h = arch_hash(arch)
-        if not self.history.is_pending(h):
-            raise ValueError(f"told architecture {h} that was not asked (or was told already)")
-        self.history.finish(h, self.objective(result), pruned=result.pruned)
-        self.learn(arch, result)

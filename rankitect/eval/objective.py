@@ -26,24 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-
-class Scored(Protocol):
-    """What the objective reads of a trial's result (:class:`rankitect.search.base.TrialResult`,
-    which imports this module: naming it here would tie the two in a circle)."""
-
-    @property
-    def ok(self) -> bool: ...
-
-    @property
-    def val_ne(self) -> float | None: ...
-
-    @property
-    def mflops(self) -> float | None: ...
+    from rankitect.eval.result import TrialResult
 
 PENALTIES = ("absolute", "relaxed")
 DEFAULT_WEIGHT = 0.01  # relative NE per doubling of FLOPs; see the module docstring
@@ -107,7 +95,7 @@ class Objective:
         cost = ratio.abs() if self.penalty == "absolute" else ratio.clamp(min=0.0)
         return ne * (1.0 + self.weight * cost)
 
-    def __call__(self, result: Scored) -> float:
+    def __call__(self, result: TrialResult) -> float:
         """The objective of a trial: from its validation NE; ``inf`` for a failed trial."""
         if not result.ok:
             return math.inf

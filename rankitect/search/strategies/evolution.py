@@ -31,16 +31,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from rankitect.search.base import Space, SpaceExhausted, Strategy, TrialResult, arch_hash, register_strategy
+from rankitect.eval.objective import Objective
+from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.history import Record, make_history
-from rankitect.search.objective import Objective
 from rankitect.search.shared import SharedStudy
-from rankitect.search.random_search import GuidedHistory, draw_new
+from rankitect.search.strategies.random import GuidedHistory, draw_new
 from rankitect.search.surrogate import Guide
 
 if TYPE_CHECKING:
     from rankitect.config import SurrogateConfig
-    from rankitect.search.base import SearchContext
     from rankitect.space import Architecture
 
 
@@ -77,10 +76,6 @@ class RegularizedEvolution(GuidedHistory, Strategy):
         self.history = make_history(space, shared)
         self.guide = Guide.from_config(space, seed, surrogate)
 
-    def start(self, context: SearchContext) -> None:
-        if self.guide is not None:
-            self.guide.use_data(context.data)
-
     def ask(self) -> Architecture:
         for _ in range(self.max_retries):  # start() refuses a genotype another process just took
             finished, seen = self.history.finished(), self.history.seen()
@@ -95,13 +90,6 @@ class RegularizedEvolution(GuidedHistory, Strategy):
             if self.history.start(h, sample):
                 return arch
         raise SpaceExhausted(f"evolution: {self.max_retries} proposals in a row were taken by other processes")
-
-    def tell(self, arch: Architecture, result: TrialResult) -> None:
-        h = arch_hash(arch)
-        if not self.history.is_pending(h):
-            raise ValueError(f"told architecture {h} that was not asked (or was told already)")
-        self.history.finish(h, self.objective(result), pruned=result.pruned)
-        self.learn(arch, result)
 
     def tournament(self, members: list[Record]) -> Record:
         """The best of ``sample_size`` members (all, when fewer) drawn without replacement (first

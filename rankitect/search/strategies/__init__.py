@@ -1,0 +1,18 @@
+"""rankitect.search.strategies: every registered strategy, one module per strategy family.
+
+* :mod:`~rankitect.search.strategies.random`: ``random``, uniform samples never proposed twice
+  (and the sampling that ``evolution`` shares);
+* :mod:`~rankitect.search.strategies.evolution`: ``evolution``, regularized (aging) evolution;
+* :mod:`~rankitect.search.strategies.optuna`: ``tpe`` and ``nsga2``, one family over Optuna's
+  samplers (its plumbing, :mod:`rankitect.search._optuna`, also serves the shared history and the
+  pruner, so it stays in ``search/``);
+* :mod:`~rankitect.search.strategies.oneshot`: ``oneshot``, evolution on a supernet's inherited
+  weights, then retraining;
+* :mod:`~rankitect.search.strategies.dnas`: ``dnas``, architecture weights trained with a
+  supernet, then retraining and a climb from the best trained architecture.
+
+A strategy holds its ask / tell / state; the supernet phases that ``oneshot`` and ``dnas`` run
+first live in :mod:`rankitect.supernet`. Importing this package registers every strategy.
+"""
+
+from rankitect.search.strategies import dnas, evolution, oneshot, optuna, random  # noqa: F401  (registers them)
