@@ -62,8 +62,9 @@ def child(overrides: list[str], out: str) -> None:
     start = time.perf_counter()
     runner = SearchRunner(cfg, echo=lambda line: print("   ", line, flush=True))
     outcome = runner.run()
-    target = runner.objective.target_mflops
-    within = runner.winner_within(target) if target else None  # the winner under a hard cap at the target
+    target = runner.standings.objective.target_mflops
+    trials = runner.recorder.all_trials()
+    within = runner.standings.winner_within(trials, target) if target else None  # the winner under a hard cap at the target
     Path(out).write_text(json.dumps({"table": outcome.table.to_dict(orient="records"),
                                      "minutes": (time.perf_counter() - start) / 60, "target_mflops": target,
                                      "within": None if within is None else [within.winner.kind, within.winner.name]}))
