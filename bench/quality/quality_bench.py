@@ -64,7 +64,8 @@ def child(overrides: list[str], out: str) -> None:
     outcome = runner.run()
     target = runner.standings.objective.target_mflops
     trials = runner.recorder.all_trials()
-    within = runner.standings.winner_within(trials, target) if target else None  # the winner under a hard cap at the target
+    # the winner under a hard cap at the target
+    within = runner.standings.winner_within(trials, target) if target else None
     Path(out).write_text(json.dumps({"table": outcome.table.to_dict(orient="records"),
                                      "minutes": (time.perf_counter() - start) / 60, "target_mflops": target,
                                      "within": None if within is None else [within.winner.kind, within.winner.name]}))

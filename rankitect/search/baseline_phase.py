@@ -79,11 +79,11 @@ class BaselinePhase:
         """Rank and prune by what the search's owner resolved from the baselines."""
         rule = self.search.target_mflops
         if rule in TARGET_RULES:
-            self._rank_by(self.standings.objective.with_target(view["target_mflops"]))
+            target = view["target_mflops"]
+            self._rank_by(self.standings.objective.with_target(target))
             if echo:
-                target = view["target_mflops"]
-                self.echo(f"target_mflops {rule}: " + ("no baseline finished; ranking by NE alone" if target is None else
-                          f"{target:.4f} MFLOPs (from the baselines {', '.join(view['baselines'])})"))
+                self.echo(f"target_mflops {rule}: " + ("no baseline finished; ranking by NE alone" if target is None
+                          else f"{target:.4f} MFLOPs (from the baselines {', '.join(view['baselines'])})"))
         if self.rungs is not None and self.rungs.auto and view["min_validations"] is not None:
             self.rungs.min_validations = view["min_validations"]
             if echo:

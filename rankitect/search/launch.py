@@ -30,7 +30,8 @@ class Launcher:
     def __init__(self, cfg: Config, data: Any, out_dir: Path, *, train_cfg: Any, weights: KeptWeights,
                  budget: TimeBudget, progress: LineProgress, running: dict[str, tuple[str, Architecture]]) -> None:
         search = cfg.search
-        self.out_dir, self.weights, self.budget, self.progress, self.running = out_dir, weights, budget, progress, running
+        self.out_dir, self.weights, self.budget = out_dir, weights, budget
+        self.progress, self.running = progress, running
         self.train_cfg = train_cfg  # the candidates' training settings
         if search.workers > 1:
             self.runner: InlineRunner | TrialPool = TrialPool(str(data.path), search.workers,
@@ -63,8 +64,8 @@ class Launcher:
         else:
             self.progress.started(name)
             on_step = self.progress.stepper(name)
-        future = self.runner.submit(arch, self.train_cfg, self.weights.path(name), ticket, deadline=self.budget.deadline(),
-                                    on_step=on_step)
+        future = self.runner.submit(arch, self.train_cfg, self.weights.path(name), ticket,
+                                    deadline=self.budget.deadline(), on_step=on_step)
         self._tickets[future] = ticket
         return future
 

@@ -37,6 +37,7 @@ from rankitect.search.factory import check_names, objective_from_config, strateg
 from rankitect.search.identity import check_identity, config_identity, search_identity
 from rankitect.search.kept import KeptWeights
 from rankitect.search.launch import Launcher
+from rankitect.search.objective import Objective
 from rankitect.search.plan import PlanProposer
 from rankitect.search.progress import LineProgress
 from rankitect.search.record import Recorder, end_failed, open_parent
@@ -114,12 +115,14 @@ class SearchRunner:
         # (a storage without a study name is the strategy's config error, below)
         shared = cfg.search.storage is not None and cfg.search.study_name
         self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if shared else None
-        check_identity(config_identity(cfg), state, self.shared)  # a config that differs: refused before the data is read
+        # a config that differs: refused before the data is read
+        check_identity(config_identity(cfg), state, self.shared)
         self.data = open_data(cfg.data.source, cfg.data, progress=_isatty(sys.stderr))  # no carriage returns in a log
         self.identity = search_identity(cfg, self.data)
         check_identity(self.identity, state, self.shared)
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
+        objective = objective_from_config(cfg.search)
         self.strategy: Proposer = strategy_from_config(cfg.search, self.space)  # proposes every candidate
         self.tracker = Tracker(cfg.track.uri, cfg.track.experiment)
         self.owner = True  # created the parent run (with shared storage, one process does)
@@ -130,13 +133,13 @@ class SearchRunner:
             self.strategy.load_state_dict(state.strategy)
         self.state = state
         try:
-            self._open(budget_seconds, clock)
+            self._open(objective, budget_seconds, clock)
         except BaseException as e:
             if opened and self.owner:  # the run this process opened ends with the reason
                 end_failed(self.tracker, self.state.parent_run_id, e)
             raise
 
-    def _open(self, budget_seconds: float | None, clock: Callable[[], float]) -> None:
+    def _open(self, objective: Objective, budget_seconds: float | None, clock: Callable[[], float]) -> None:
         """The rest of the constructor, once the parent run exists: folder, checkpoint, recorder."""
         cfg = self.cfg
         self.out_dir = search_dir(cfg, self.tracker.uri, self.state.parent_run_id)
@@ -150,7 +153,7 @@ class SearchRunner:
         self.slots = TrialSlots(self.strategy, search.trials, shared=self.shared,
                                 reduction=search.pruning_reduction if search.pruning != "none" else None)
         # per-example validation losses: the winner's paired test
-        self.standings = Standings(objective_from_config(search), search.min_gain_se, ValLosses(self.out_dir))
+        self.standings = Standings(objective, search.min_gain_se, ValLosses(self.out_dir))
         self.recorder = Recorder(self.state, self.path, tracker=self.tracker, space=self.space, strategy=self.strategy,
                                  shared=self.shared, weights=KeptWeights(self.tracker, self.out_dir, self.data.spec),
                                  standings=self.standings, keep_top_k=search.keep_top_k, budget=self.budget)
