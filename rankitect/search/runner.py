@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from rankitect.config import Config, config_from_dict, to_dict
+from rankitect.config import Config, config_from_dict
 from rankitect.errors import UserError
 from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, TrialResult, arch_hash
 from rankitect.search.baseline_phase import BaselinePhase

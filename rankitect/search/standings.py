@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from rankitect.search.base import TrialResult
 from rankitect.search.objective import Objective, at_most
 from rankitect.search.selection import Entrant, Pick, choose_winner
 
