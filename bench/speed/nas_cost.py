@@ -80,7 +80,7 @@ def child(strategy: str, data_dir: str, threads: int, overrides: list[str] = ())
     cands = outcome.table[outcome.table["kind"] == "candidate"]
     found = cands.iloc[0]
     trained = [t for t in runner.state.candidates() if t.name == found["hash"]][0]
-    one = trained.result["train_seconds"]
+    one = trained.result.train_seconds
     from rankitect.supernet.memory import estimate_supernet_memory
 
     memory = estimate_supernet_memory(runner.space, runner.data.spec)

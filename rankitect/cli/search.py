@@ -104,8 +104,8 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
         print(f"best genotype: {outcome.out_dir / 'best_genotype.json'}")
     # the closing lines: the winner the rule chose (what export and the logged model hold), against
     # the best baseline; the best candidate apart when it lost, and why
-    choice = getattr(outcome, "choice", None)
-    print("\n".join(choice.lines(runner.cfg.search.min_gain_se)) if choice is not None else verdict(outcome.table))
+    pick = getattr(outcome, "pick", None)
+    print("\n".join(pick.lines(runner.cfg.search.min_gain_se)) if pick is not None else verdict(outcome.table))
     note = front_note(outcome.table)
     if note is not None:
         print(note)

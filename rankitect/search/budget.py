@@ -82,6 +82,51 @@ class TimeBudget:
         left = self.left()
         return None if left is None else time.time() + left
 
+    def words(self) -> str:
+        """``"spent of budget min"``, for the lines that say the budget ran out."""
+        return f"{self.spent() / 60:.1f} of {self.seconds / 60:.1f} min"
+
+    def line(self, spent: dict[str, float], cut: list[str]) -> str:
+        """How the budget went: minutes by what they went to (``spent``, from :func:`spending`), and
+        the trials it cut short (``cut``)."""
+        parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
+        line = f"time budget {self.seconds / 60:.1f} min: spent {spent['total'] / 60:.1f} min ({parts} min)"
+        return line + (f"; stopped at the budget with their best validation: {', '.join(cut)}" if cut else "")
+
+
+class TrialSlots:
+    """``search.trials`` across the processes of a search: the candidates it trains and how many
+    may still start.
+
+    A pruned trial gives its slot back, yet proposals stop at ``trials * reduction`` while the
+    strategy's trials are pruned (``reduction``: ``search.pruning_reduction``, None without pruning),
+    so a search whose every candidate is pruned still ends. With ``shared`` (a
+    :class:`~rankitect.search.shared.SharedStudy`) every process's trials count.
+    """
+
+    def __init__(self, strategy: Any, trials: int, *, reduction: int | None, shared: Any = None) -> None:
+        self.strategy, self.trials, self.reduction, self.shared = strategy, trials, reduction, shared
+
+    def budget(self) -> int:
+        """How many candidates the search trains: ``search.trials``, or what the strategy says (a
+        supernet's ``top_k``)."""
+        return self.strategy.budget(self.trials)
+
+    def left(self, candidates: list[Any], in_flight: int) -> int:
+        """Candidates still to start: the budget less finished and running ones (of every process);
+        ``candidates`` are this process's finished ones (checkpoint records)."""
+        trials = self.budget()
+        cap = trials * (self.reduction if self.reduction is not None and self.strategy.prunable else 1)
+        if self.shared is None:
+            finished = sum(1 for t in candidates if not t.result.pruned)
+            return min(trials - finished, cap - len(candidates)) - in_flight
+        slots, proposals = self.shared.count()
+        return min(trials - slots, cap - proposals)
+
+    def claim(self, name: str) -> bool:
+        """Take a slot for the candidate ``name``; False when another process took the last one."""
+        return self.shared is None or self.shared.claim(name, self.budget())
+
 
 SPENDING = ("baselines", "candidates", "pruned", "failed", "retrains")
 
@@ -92,8 +137,8 @@ def spending(trials: Iterable[Any], retrained: set[str], total: float) -> dict[s
     and ``other`` (supernets, set-up, tracking). ``trials`` are checkpoint records."""
     out = dict.fromkeys(SPENDING, 0.0)
     for t in trials:
-        seconds = t.result.get("train_seconds") or 0.0
-        status = t.result.get("status")
+        seconds = t.result.train_seconds or 0.0
+        status = t.result.status
         if t.kind == "baseline":
             out["baselines"] += seconds
         elif t.name in retrained:

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from rankitect.errors import UserError
+from rankitect.eval.result import TrialResult
+from rankitect.space.architecture import Architecture
 
 VERSION = 1
 
@@ -34,16 +36,27 @@ class TrialRecord:
 
     ``number`` counts this process's trials; ``trial_id`` is unique across every process of a
     shared search and tags the trial's child run, so a resumed process finds its own half-written
-    runs and never another's. (Checkpoints written before it existed have ``None``.)
+    runs and never another's. (Checkpoints written before it existed have ``None``.) In the
+    checkpoint (and in a shared study) ``arch`` and ``result`` are their plain dicts: see
+    :meth:`to_dict` and :meth:`from_dict`.
     """
 
     number: int
     kind: str
     name: str
-    arch: dict[str, Any]
-    result: dict[str, Any]
+    arch: Architecture
+    result: TrialResult
     run_id: str | None = None
     trial_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "kind": self.kind, "name": self.name, "arch": self.arch.to_dict(),
+                "result": self.result.to_dict(), "run_id": self.run_id, "trial_id": self.trial_id}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialRecord:
+        return cls(number=d["number"], kind=d["kind"], name=d["name"], arch=Architecture.from_dict(d["arch"]),
+                   result=TrialResult.from_dict(d["result"]), run_id=d.get("run_id"), trial_id=d.get("trial_id"))
 
 
 @dataclass
@@ -66,7 +79,7 @@ class SearchState:
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": VERSION, "parent_run_id": self.parent_run_id, "config": self.config,
-            "strategy": self.strategy, "done": self.done, "trials": [vars(t) for t in self.trials],
+            "strategy": self.strategy, "done": self.done, "trials": [t.to_dict() for t in self.trials],
             "plan": self.plan, "elapsed": self.elapsed, "identity": self.identity,
         }
 
@@ -75,7 +88,7 @@ class SearchState:
         if d.get("version") != VERSION:
             raise UserError(f"search checkpoint version {d.get('version')!r} is not {VERSION}")
         return cls(parent_run_id=d["parent_run_id"], config=d["config"], strategy=d["strategy"],
-                   trials=[TrialRecord(**t) for t in d["trials"]], done=bool(d.get("done", False)),
+                   trials=[TrialRecord.from_dict(t) for t in d["trials"]], done=bool(d.get("done", False)),
                    plan=list(d.get("plan", [])), elapsed=float(d.get("elapsed", 0.0)),
                    identity=dict(d.get("identity") or {}))
 
@@ -96,7 +109,7 @@ def load_state(path: Path) -> SearchState:
         raise UserError(f"{path}: search checkpoint not found")
     try:
         return SearchState.from_dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise UserError(f"{path}: not a readable search checkpoint ({e})") from None
 
 

@@ -27,7 +27,7 @@ import hashlib
 import json
 from typing import Any
 
-from rankitect.config import Config, flatten, to_dict
+from rankitect.config import Config, config_from_dict, flatten, rename_old_keys, to_dict
 
 # Config keys that a resumed search, or a process joining a shared search, may set otherwise: how
 # long and how wide the search runs, where it writes and on what hardware; none of them changes
@@ -97,6 +97,19 @@ def refuse_difference(mine: dict[str, Any], theirs: dict[str, Any], what: str, h
     changeable = ", ".join(k + "*" if k.endswith(".") else k for k in MAY_CHANGE)
     raise UserError(f"{what}: {key} is {ours!r} {here} but {recorded!r} in the search; its results would not "
                     f"be comparable (what may change: {changeable})")
+
+
+def check_identity(mine: dict[str, Any], state: Any, shared: Any) -> None:
+    """Refuse to resume ``state`` (a search checkpoint), or to join the search of ``shared`` (a
+    shared study), with another identity than the search's."""
+    if state is not None:
+        # an older checkpoint: its config, keys renamed since moved over
+        recorded = state.identity or config_identity(config_from_dict(rename_old_keys(state.config)))
+        refuse_difference(mine, recorded, f"--resume {state.parent_run_id}", "here")
+    elif shared is not None:
+        recorded = shared.identity()
+        if recorded is not None:
+            refuse_difference(mine, recorded, f"study {shared.name!r} of {shared.storage}", "in this process")
 
 
 def _plain(d: dict[str, Any]) -> dict[str, Any]:

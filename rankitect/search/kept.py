@@ -1,9 +1,9 @@
 """The trained weights a search keeps: on their way from a trial to the MLflow artifact store.
 
 A trial writes its weights (safetensors) into the search folder's ``weights/``; once the trial
-is recorded they either go to its child run as ``model/`` (every baseline and the ``keep_top_k``
-best candidates) or are deleted, and a candidate that falls out of the kept set has them taken off
-its run again. So the artifact store holds the only copy, and the search folder keeps only its
+is recorded they either go to its child run as ``model/`` (every baseline, the ``keep_top_k``
+best candidates and the winner so far: :meth:`~rankitect.search.standings.Standings.kept`) or are
+deleted, and a candidate that falls out of the kept set has them taken off its run again. So the artifact store holds the only copy, and the search folder keeps only its
 checkpoint and tables.
 """
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -90,8 +89,8 @@ class Entrant:
 
 
 @dataclass(frozen=True)
-class Choice:
-    """The winner and why: ``incumbent`` is the best baseline by objective (None without one); ``z``
+class Pick:
+    """The winner the rule picked, and why: ``incumbent`` is the best baseline by objective (None without one); ``z``
     the winner's gain over it in standard errors (None for the incumbent itself, ``inf`` where no
     losses allowed a paired error); ``runner_up`` the best candidate held back by the rule, with its ``z``."""
 
@@ -193,7 +192,7 @@ def _z(gain: float, se: float) -> float:
 
 
 def choose_winner(entrants: Sequence[Entrant], objective: Objective,
-                  min_gain_se: float = DEFAULT_MIN_GAIN_SE) -> Choice | None:
+                  min_gain_se: float = DEFAULT_MIN_GAIN_SE) -> Pick | None:
     """The search's winner (see the module docstring); None when nothing finished ok.
 
     The incumbent is the ok baseline with the lowest objective (the first on ties). A candidate
@@ -211,7 +210,7 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
     cands = [e for e in ok if e.kind != "baseline"]
     top_cand = min(cands, key=lambda e: objective(e.result), default=None)
     if not bases:
-        return Choice(winner=min(ok, key=lambda e: objective(e.result)),
+        return Pick(winner=min(ok, key=lambda e: objective(e.result)),
                       top=None if top_cand is None else (top_cand, None))
     inc = min(bases, key=lambda e: objective(e.result))
     challengers = sorted((e for e in cands if objective(e.result) < objective(inc.result)),
@@ -223,9 +222,9 @@ def choose_winner(entrants: Sequence[Entrant], objective: Objective,
         best = passed[0][0]
         tied = [(ch, z) for ch, z in passed if ch is best or -_z(*_gain(objective, best, ch)) <= min_gain_se]
         winner, z = min(tied, key=lambda cz: cz[0].result.mflops)  # the first (lowest objective) on ties
-        return Choice(winner=winner, incumbent=inc, z=z, best=None if winner is best else best, top=top)
+        return Pick(winner=winner, incumbent=inc, z=z, best=None if winner is best else best, top=top)
     held = max(scored, key=lambda cz: cz[1], default=None)
-    return Choice(winner=inc, incumbent=inc, runner_up=held, top=top)
+    return Pick(winner=inc, incumbent=inc, runner_up=held, top=top)
 
 
 TARGET_RULES = ("auto", "cheapest")  # the values of search.target_mflops that a baseline resolves
@@ -298,45 +297,3 @@ def auto_target(baselines: Sequence[Entrant], min_gain_se: float = DEFAULT_MIN_G
     tied = [e for e in ok if e is best or -_z(*_gain(judge, best, e)) <= min_gain_se]
     cheapest = min(tied, key=lambda e: (e.result.mflops, judge(e.result)))
     return Target(rule, cheapest if rule == "cheapest" else best, best, cheapest)
-
-
-class ValLosses:
-    """Per-example validation losses of a search's trials, one ``.npy`` (float32) per trial in
-    ``folder / "val_losses"``; read back without pickle. A trial's file is written once, so what was
-    saved or read is kept in memory: the winner is chosen after every trial without reading again."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder) / "val_losses"
-        self._cache: dict[str, np.ndarray] = {}
-
-    def _path(self, name: str) -> Path:
-        if not name or "/" in name or "\\" in name or name.startswith("."):
-            raise ValueError(f"a trial name must be a plain file name, got {name!r}")
-        return self.folder / f"{name}.npy"
-
-    def save(self, name: str, losses: np.ndarray | None) -> None:
-        if losses is None:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self._path(name)
-        tmp = path.with_suffix(".tmp.npy")
-        losses = np.asarray(losses, dtype=np.float32)
-        np.save(tmp, losses, allow_pickle=False)
-        tmp.replace(path)
-        self._cache[name] = losses
-
-    def load(self, name: str) -> np.ndarray | None:
-        """The trial's losses; None when none were kept or the file is unreadable."""
-        path = self._path(name)
-        if name in self._cache:
-            return self._cache[name]
-        if not path.is_file():
-            return None
-        try:
-            losses = np.load(path, allow_pickle=False)
-        except (OSError, ValueError):
-            return None
-        if losses.ndim != 1:
-            return None
-        self._cache[name] = losses
-        return losses

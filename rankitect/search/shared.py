@@ -32,7 +32,7 @@ import rankitect.search._optuna as _optuna
 
 PARENT_ATTR = "mlflow_parent_run_id"
 IDENTITY_ATTR = "rankitect.identity"  # what makes the search's results comparable (search.identity)
-VIEW_ATTR = "rankitect.view"  # what the first process resolved from the baselines (SearchRunner)
+VIEW_ATTR = "rankitect.view"  # what the first process resolved from the baselines (search.baseline_phase)
 SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
 
 

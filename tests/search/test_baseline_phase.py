@@ -75,18 +75,15 @@ def test_sigterm_during_the_kth_baseline_then_resume_trains_each_once(
         runner.run()
     before = load_state(runner.path)
     assert len(before.baselines()) == k - 1 and not before.done
-    assert before.elapsed >= sum(t.result["train_seconds"] for t in before.trials)  # the stopped one's time too
+    assert before.elapsed >= sum(t.result.train_seconds for t in before.trials)  # the stopped one's time too
     resumed = SearchRunner.resume(before.parent_run_id, load_config(), echo=lambda s: None)
     resumed.run()
     after = load_state(runner.path)
     _each_baseline_once(before, after, before.parent_run_id)
-    hashes = {t.name: t.arch for t in after.baselines()}
-    from rankitect.space.architecture import Architecture
-
-    for name, arch in hashes.items():
-        assert trained.count(Architecture.from_dict(arch).hash) == 1, name
+    for t in after.baselines():
+        assert trained.count(t.arch.hash) == 1, t.name
     new = [t for t in after.trials if t.trial_id not in {b.trial_id for b in before.trials}]
-    assert after.elapsed >= before.elapsed + sum(t.result["train_seconds"] for t in new)
+    assert after.elapsed >= before.elapsed + sum(t.result.train_seconds for t in new)
 
 
 @pytest.mark.parametrize("signame,k,workers", [("SIGKILL", 1, 2), ("SIGKILL", 3, 1), ("SIGTERM", 2, 2)])
@@ -114,7 +111,7 @@ def test_a_kill_during_the_kth_baseline_then_resume_trains_each_once(
     path = Path(_client().get_run(parent).data.tags["rankitect.checkpoint"])
     before = load_state(path)
     assert not before.done and len(before.baselines()) >= k - 1 - (workers - 1)  # a pool may still run one
-    assert all(t.result["train_seconds"] <= before.elapsed for t in before.trials)
+    assert all(t.result.train_seconds <= before.elapsed for t in before.trials)
 
     resumed = subprocess.run([sys.executable, "-m", "rankitect", "search", "--resume", parent], env=env,
                              cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -124,7 +121,7 @@ def test_a_kill_during_the_kth_baseline_then_resume_trains_each_once(
     _each_baseline_once(before, after, parent)
     new = [t for t in after.trials if t.trial_id not in {b.trial_id for b in before.trials}]
     # the resumed budget goes on from the time spent before, and adds the resumed trials' time
-    assert after.elapsed >= before.elapsed + max(t.result["train_seconds"] for t in new)
+    assert after.elapsed >= before.elapsed + max(t.result.train_seconds for t in new)
 
 
 def _each_baseline_once(before: SearchState, after: SearchState, parent: str) -> None:
@@ -153,8 +150,8 @@ def test_a_time_budget_shorter_than_the_baselines_ends_the_search_there(env: dic
     first = state.trials[0].result
     full = Schedule.for_data(runner.train_cfg, runner.data).total_steps
     assert [t.name for t in state.trials] == BASELINES[:1]
-    assert first["status"] == "ok" and first["stopped"] == "time budget" and first["steps"] < full
-    assert first["val_ne"] is not None and first["best_step"] <= first["steps"]
+    assert first.status == "ok" and first.stopped == "time budget" and first.steps < full
+    assert first.val_ne is not None and first.best_step <= first.steps
     run = _client().get_run(state.trials[0].run_id)
     assert run.data.tags["rankitect.stopped"] == "time budget"
     assert any("not trained" in line and "deepfm, dcnv2" in line for line in lines)

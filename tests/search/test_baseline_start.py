@@ -14,7 +14,7 @@ from rankitect.search import _optuna
 from rankitect.search.shared import takes_budget
 from rankitect.eval.objective import Objective
 from rankitect.search.runner import SearchRunner
-from rankitect.search.selection import Choice, Entrant
+from rankitect.search.selection import Entrant, Pick
 from rankitect.space import get_space
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.testing import tiny_spec
@@ -97,12 +97,12 @@ def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_pat
     assert cfg.search.target_mflops == "auto"
     lines: list[str] = []
     runner = SearchRunner(cfg, echo=lines.append)
-    assert runner.objective.target_mflops is None  # nothing to resolve it from before the baselines
+    assert runner.standings.objective.target_mflops is None  # nothing to resolve it from before the baselines
     outcome = runner.run()
     table = outcome.table
     bases = table[(table["kind"] == "baseline") & (table["status"] == "ok")]
     best = bases.loc[bases["val_ne"].idxmin()]
-    assert runner.objective.target_mflops == pytest.approx(best["mflops"])
+    assert runner.standings.objective.target_mflops == pytest.approx(best["mflops"])
     assert any(line.startswith("target_mflops auto: ") and best["name"] in line for line in lines)
     ok = table[table["status"] == "ok"]
     for _, row in ok.iterrows():  # every row ranked by the resolved objective, NE in its own units
@@ -112,25 +112,26 @@ def test_auto_target_resolves_to_the_best_baseline_and_baselines_compete(tmp_pat
     # the best baseline pays no penalty at its own FLOPs, so the winner is never worse on validation
     assert table.loc[table["winner"], "val_ne"].item() <= best["val_ne"]
     finished = {h for h, _, _ in runner.state.strategy["history"]["finished"]}
+    trials = runner.recorder.all_trials()
     assert {get_baseline(n, runner.data.spec).hash for n in ("dlrm", "deepfm")} <= finished
     for cap in sorted(set(ok["mflops"])):  # under a cost cap: the lowest objective of what fits, by hand
         fits = ok[ok["mflops"] <= cap]
-        won = runner.winner_within(cap).winner.result
+        won = runner.standings.winner_within(trials, cap).winner.result
         assert won.mflops <= cap
         doublings = max(0.0, math.log2(won.mflops / best["mflops"]))
         assert won.val_ne * (1 + 0.01 * doublings) == pytest.approx(fits["objective"].min())
-    assert runner.winner_within(0.5 * ok["mflops"].min()) is None
+    assert runner.standings.winner_within(trials, 0.5 * ok["mflops"].min()) is None
     capped = [line for line in lines if line.startswith("at no more than target_mflops")]
     if table.loc[table["winner"], "mflops"].item() > best["mflops"]:  # the output names the pick under the cap too
-        assert len(capped) == 1 and runner.winner_within(best["mflops"]).winner.name in capped[0]
+        assert len(capped) == 1 and runner.standings.winner_within(trials, best["mflops"]).winner.name in capped[0]
     else:
         assert not capped
     # a winner above a target: the line names the pick under the cap; at or below it, no line
     cheapest, dearest = (ok.loc[i] for i in (ok["mflops"].idxmin(), ok["mflops"].idxmax()))
-    runner.objective = runner.objective.with_target(float(cheapest["mflops"]))
-    line = runner._within_target(Choice(Entrant(dearest["name"], dearest["kind"], TrialResult(
+    runner.standings.objective = runner.standings.objective.with_target(float(cheapest["mflops"]))
+    line = runner.standings.within_target(trials, Pick(Entrant(dearest["name"], dearest["kind"], TrialResult(
         val_ne=dearest["val_ne"], mflops=dearest["mflops"]))))
     assert line.startswith(f"at no more than target_mflops ({cheapest['mflops']:.4f} MFLOPs): ")
-    assert runner.winner_within(float(cheapest["mflops"])).winner.name in line
-    assert runner._within_target(Choice(Entrant(cheapest["name"], cheapest["kind"], TrialResult(
+    assert runner.standings.winner_within(trials, float(cheapest["mflops"])).winner.name in line
+    assert runner.standings.within_target(trials, Pick(Entrant(cheapest["name"], cheapest["kind"], TrialResult(
         val_ne=cheapest["val_ne"], mflops=cheapest["mflops"])))) is None

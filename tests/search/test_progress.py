@@ -14,7 +14,8 @@ from rankitect.config import load_config
 from rankitect.eval.result import TrialResult
 from rankitect.search.checkpoint import TrialRecord
 from rankitect.search.progress import SearchProgress
-from rankitect.search.runner import SearchRunner, _trial_line
+from rankitect.search.record import trial_line
+from rankitect.search.runner import SearchRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,8 +144,8 @@ def test_off_a_terminal_lines_come_per_trial_and_per_minute_without_carriage_ret
 
 def test_candidate_lines_count_slots_and_never_pass_their_total() -> None:
     def line(status: str, done: int) -> str:
-        record = TrialRecord(number=0, kind="candidate", name="abc", arch={}, result=_result(status, 0.9).to_dict())
-        return _trial_line(record, done, 6)
+        record = TrialRecord(number=0, kind="candidate", name="abc", arch=None, result=_result(status, 0.9))
+        return trial_line(record, done, 6)
 
     assert line("ok", 3).startswith("[3/6] abc")
     assert line("pruned", 6).startswith("[pruned] abc")

@@ -265,7 +265,7 @@ def test_time_budget_stops_new_candidates(env) -> None:
     assert any(line.startswith("time budget spent (5.0 of 4.2 min)") for line in lines)
     assert outcome.spending["total"] == 300.0
     trained = sum(outcome.spending[k] for k in ("candidates", "pruned", "failed"))
-    assert trained == pytest.approx(sum(t.result["train_seconds"] for t in runner.state.candidates()))
+    assert trained == pytest.approx(sum(t.result.train_seconds for t in runner.state.candidates()))
     from mlflow import MlflowClient
 
     metrics = MlflowClient(env).get_run(outcome.parent_run_id).data.metrics

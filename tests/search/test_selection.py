@@ -17,7 +17,8 @@ from rankitect.eval.metrics import entropy
 from rankitect.eval.result import TrialResult
 from rankitect.eval.objective import Objective
 from rankitect.search.runner import SearchRunner
-from rankitect.search.selection import Entrant, ValLosses, auto_target, choose_winner, paired_gain
+from rankitect.search.selection import Entrant, auto_target, choose_winner, paired_gain
+from rankitect.search.standings import ValLosses
 from rankitect.space.baselines import get_baseline
 from rankitect.train.loop import train_architecture
 from tests.learnable import learnable_source
@@ -248,12 +249,12 @@ def test_a_search_keeps_its_baseline_when_no_candidate_clears_the_noise(tmp_path
     bases = ok[ok["kind"] == "baseline"]
     assert strict.loc[strict["winner"], "name"].item() == bases.loc[bases["objective"].idxmin(), "name"]
     assert plain.loc[plain["winner"], "objective"].item() == plain.loc[plain["status"] == "ok", "objective"].min()
-    closing = runs[1e6][0].choice.lines(1e6)  # what the command prints last
+    closing = runs[1e6][0].pick.lines(1e6)  # what the command prints last
     assert closing[0].startswith(f"winner {strict.loc[strict['winner'], 'name'].item()} (baseline;")
     runner = runs[1e6][2]
     val_rows = len(runner.data.split("val"))
     for name in ok["name"]:  # every ok trial's losses kept, one per validation row
-        assert len(runner.val_losses.load(name)) == val_rows
+        assert len(runner.standings.val_losses.load(name)) == val_rows
     if (plain.loc[plain["winner"], "kind"] == "candidate").item():  # same seeds: the rule alone changed it
         assert runs[1e6][0].best != runs[0.0][0].best
 

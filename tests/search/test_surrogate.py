@@ -258,7 +258,7 @@ def test_a_search_logs_what_the_surrogate_predicted_beside_what_was_measured(env
     for t in trials:
         if observed >= 2:
             expected.add(t.name)
-        observed += t.result["status"] == "ok"
+        observed += t.result.ok
     runs = [MlflowClient().get_run(r.info.run_id) for r in _children(outcome.parent_run_id)]
     predicted = {r.data.tags["genotype_hash"]: r.data.metrics for r in runs if "surrogate/predicted_ne" in r.data.metrics}
     assert expected and set(predicted) == expected  # the first were drawn before the surrogate could rank

@@ -171,7 +171,7 @@ class OneShotSearch(PlanProposer):
         scorer = make_scorer(supernet, data, context.train_cfg, cfg)
 
         def log_scored(arch: Architecture, result: TrialResult) -> None:
-            from rankitect.track.mlflow_tracker import KIND
+            from rankitect.track.names import KIND
 
             tracker.log_trial(context.parent_run_id, arch, result, {KIND: SCORED})
 

@@ -1,0 +1,166 @@
+"""Where a search's finished trials stand: its winner, the winner under a cost cap, the Pareto table,
+and the trials whose weights are kept.
+
+:mod:`rankitect.search.selection` holds the rule (a :class:`~rankitect.search.selection.Pick` from
+entrants); :class:`Standings` feeds it a search's trials. Per-example validation losses
+(:class:`ValLosses`) are read only for the trials that can win: the baselines and the candidates
+with a lower objective than every baseline. After each recorded trial :meth:`Standings.update` keeps
+a running best, picked again only when the new trial can change it (a baseline, or a candidate
+below every baseline), so what to keep is known without judging every trial again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from rankitect.eval.objective import Objective, at_most
+from rankitect.search.selection import Entrant, Pick, choose_winner
+
+if TYPE_CHECKING:
+    from rankitect.search.checkpoint import TrialRecord
+    from rankitect.space.architecture import Architecture
+
+
+class Standings:
+    """The finished trials of one search, ranked by ``objective`` under the winner rule with
+    ``min_gain_se`` (see :mod:`rankitect.search.selection`)."""
+
+    def __init__(self, objective: Objective, min_gain_se: float, val_losses: ValLosses) -> None:
+        self.min_gain_se, self.val_losses = min_gain_se, val_losses
+        self._objective = objective
+        self._seen: dict[str, TrialRecord] = {}  # name -> every trial folded into the running best
+        self._best: Pick | None = None
+
+    @property
+    def objective(self) -> Objective:
+        return self._objective
+
+    @objective.setter
+    def objective(self, objective: Objective) -> None:
+        """Rank by ``objective`` from now on (a resolved target): the running best is picked again."""
+        self._objective = objective
+        self._best = self.pick(list(self._seen.values()))
+
+    def entrant(self, record: TrialRecord, *, losses: bool = True) -> Entrant:
+        """``record`` as the rule sees it; its losses are read (once: see :class:`ValLosses`) when
+        ``losses`` and the trial finished ok."""
+        r = record.result
+        return Entrant(record.name, record.kind, r, self.val_losses.load(record.name) if losses and r.ok else None)
+
+    def pick(self, trials: list[TrialRecord]) -> Pick | None:
+        """The winner of ``trials`` (:func:`~rankitect.search.selection.choose_winner`). Losses are
+        read for the baselines and the candidates with a lower objective than every baseline only:
+        no other trial can win (and without a baseline the plain rule needs none)."""
+        bar = self._bar(trials)
+        entrants = [self.entrant(t, losses=t.kind == "baseline" or self.objective(t.result) < bar < math.inf)
+                    for t in trials]
+        return choose_winner(entrants, self.objective, self.min_gain_se)
+
+    def _bar(self, trials: Iterable[TrialRecord]) -> float:
+        """The lowest objective of a baseline among ``trials`` (what a candidate must beat to win)."""
+        return min((self.objective(t.result) for t in trials if t.kind == "baseline"), default=math.inf)
+
+    def update(self, trials: Iterable[TrialRecord]) -> Pick | None:
+        """Fold the trials not seen before into the running best and return it. Only a trial that
+        can win picks again: an ok baseline (it may become the incumbent, and moves the bar) or an ok
+        candidate below the bar; any other trial leaves the winner as it stands."""
+        new = [t for t in trials if t.name not in self._seen]
+        bar = self._bar(self._seen.values())
+        again = any(t.result.ok and (t.kind == "baseline" or self.objective(t.result) < bar) for t in new)
+        self._seen.update((t.name, t) for t in new)
+        if again:
+            bar = self._bar(self._seen.values())
+            self._best = self.pick([t for t in self._seen.values()
+                                    if t.kind == "baseline" or (t.result.ok and self.objective(t.result) < bar)])
+        return self._best
+
+    def kept(self, mine: list[TrialRecord], keep_top_k: int) -> set[str]:
+        """Names among ``mine`` whose weights are kept: every baseline, the ``keep_top_k`` best ok
+        candidates by objective and the running best (a candidate that clears the noise may rank below
+        candidates that do not). Call :meth:`update` first."""
+        ok = sorted((t for t in mine if t.kind == "candidate" and t.result.ok), key=lambda t: self.objective(t.result))
+        kept = {t.name for t in mine if t.kind == "baseline"} | {t.name for t in ok[:keep_top_k]}
+        best = self._best
+        if best is not None and best.winner.kind == "candidate" and any(t.name == best.winner.name for t in ok):
+            kept.add(best.winner.name)
+        return kept
+
+    def winner_within(self, trials: list[TrialRecord], max_mflops: float) -> Pick | None:
+        """The winner by the same rule among ``trials`` of at most ``max_mflops`` MFLOPs: what the
+        search would return under a hard cost cap, read off its Pareto table (a baseline over the cap
+        neither competes nor sets the bar)."""
+        return self.pick([t for t in trials if at_most(t.result.mflops, max_mflops)])
+
+    def within_target(self, trials: list[TrialRecord], pick: Pick) -> str | None:
+        """Where ``pick``'s winner costs more than the objective's ``target_mflops``: a line naming the
+        winner of ``trials`` under a hard cap at the target (:meth:`winner_within`), the Pareto
+        table's other answer."""
+        target, won = self.objective.target_mflops, pick.winner.result
+        if target is None or won.mflops is None or at_most(won.mflops, target):
+            return None
+        within = self.winner_within(trials, target)
+        if within is None:
+            return None
+        w = within.winner
+        return (f"at no more than target_mflops ({target:.4f} MFLOPs): {w.kind} {w.name}, "
+                f"val/ne {w.result.val_ne:.4f} at {w.result.mflops:.4f} MFLOPs")
+
+    def pareto(self, trials: list[TrialRecord]) -> tuple[pd.DataFrame, Architecture | None, Pick | None]:
+        """The Pareto table of ``trials``, the winner's architecture and the winner and why."""
+        from rankitect.eval.pareto import pareto_table
+
+        cands = [(t.arch, t.result) for t in trials if t.kind == "candidate"]
+        bases = [(t.name, t.result) for t in trials if t.kind == "baseline"]
+        pick = self.pick(trials)
+        won = None if pick is None else (pick.winner.kind, pick.winner.name)
+        table = pareto_table(cands, bases, objective=self.objective, winner=won)
+        best = None if won is None else next(t.arch for t in trials if (t.kind, t.name) == won)
+        return table, best, pick
+
+
+class ValLosses:
+    """Per-example validation losses of a search's trials, one ``.npy`` (float32) per trial in
+    ``folder / "val_losses"``; read back without pickle. A trial's file is written once, so what was
+    saved or read is kept in memory: a file is read at most once."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "val_losses"
+        self._cache: dict[str, np.ndarray] = {}
+
+    def _path(self, name: str) -> Path:
+        if not name or "/" in name or "\\" in name or name.startswith("."):
+            raise ValueError(f"a trial name must be a plain file name, got {name!r}")
+        return self.folder / f"{name}.npy"
+
+    def save(self, name: str, losses: np.ndarray | None) -> None:
+        if losses is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self._path(name)
+        tmp = path.with_suffix(".tmp.npy")
+        losses = np.asarray(losses, dtype=np.float32)
+        np.save(tmp, losses, allow_pickle=False)
+        tmp.replace(path)
+        self._cache[name] = losses
+
+    def load(self, name: str) -> np.ndarray | None:
+        """The trial's losses; None when none were kept or the file is unreadable."""
+        path = self._path(name)
+        if name in self._cache:
+            return self._cache[name]
+        if not path.is_file():
+            return None
+        try:
+            losses = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        if losses.ndim != 1:
+            return None
+        self._cache[name] = losses
+        return losses
