@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rankitect.config import RENAMED, Config, config_from_dict, flatten, load_config, rename_old_keys, to_dict
+from rankitect.config import Config, config_from_dict, load_config
+
+from rankitect.config_rules import RENAMED, flatten, rename_old_keys, to_dict
 from rankitect.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +83,7 @@ def _numeric_keys(cls: type, prefix: str = "") -> dict[str, type]:
 
 
 def test_every_numeric_key_has_a_range_and_nothing_else_does() -> None:
-    from rankitect.config import RANGES
+    from rankitect.config_rules import RANGES
 
     assert sorted(RANGES) == sorted(_numeric_keys(Config))
 
@@ -99,7 +101,7 @@ BOUNDED_BASE = ["search.evolution.sample_size=1", "search.oneshot.sample_size=1"
 def test_each_range_is_checked_at_its_bounds() -> None:
     """Walk every range: its closed bounds load, the nearest values outside are refused naming the
     key, its range and the value, in one form whatever the section."""
-    from rankitect.config import RANGES
+    from rankitect.config_rules import RANGES
 
     for key, allowed in RANGES.items():
         step = 1 if _numeric_keys(Config)[key] is int else 1e-9
@@ -125,7 +127,7 @@ def test_a_tournament_larger_than_its_population_is_refused() -> None:
 
 def test_each_section_checks_its_numbers_in_the_one_form() -> None:
     """A number out of range in every section that has numbers: the same message form, naming the key."""
-    from rankitect.config import RANGES
+    from rankitect.config_rules import RANGES
 
     sections = {key.rsplit(".", 1)[0] for key in RANGES}
     assert {"data", "train", "search", "search.evolution", "search.oneshot", "search.oneshot.supernet", "search.dnas",
@@ -139,7 +141,8 @@ def test_each_section_checks_its_numbers_in_the_one_form() -> None:
 
 
 def test_a_section_given_to_a_strategy_is_checked_by_the_same_table() -> None:
-    from rankitect.config import DnasConfig, GumbelConfig, SurrogateConfig, check_section
+    from rankitect.config import DnasConfig, GumbelConfig, SurrogateConfig
+    from rankitect.config_rules import check_section
     from rankitect.search import build_strategy
     from rankitect.space import get_space
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rankitect.config import Config, flatten, load_config, to_dict
+from rankitect.config import Config, load_config
+
+from rankitect.config_rules import flatten, to_dict
 from rankitect.config_doc import default_yaml, markdown
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -49,7 +49,8 @@ def explicit_keys(path: str | None, overrides: list[str]) -> set[str]:
     ...
     rankitect.errors.ConfigError: config key 'data.rows' given twice: data.rows=0 and data.rows=2000
     """
-    from rankitect.config import _read_yaml, flatten
+    from rankitect.config import _read_yaml
+    from rankitect.config_rules import flatten
     from rankitect.errors import ConfigError
 
     given: dict[str, str] = {}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rankitect.config import Config, DataConfig, config_from_dict, flatten, to_dict
+from rankitect.config import Config, DataConfig, config_from_dict
+
+from rankitect.config_rules import flatten, to_dict
 from rankitect.errors import UserError
 
 # Data settings that decide what a model sees (``cache_dir`` only says where the cache lives).

@@ -27,7 +27,9 @@ import hashlib
 import json
 from typing import Any
 
-from rankitect.config import Config, config_from_dict, flatten, rename_old_keys, to_dict
+from rankitect.config import Config, config_from_dict
+
+from rankitect.config_rules import flatten, rename_old_keys, to_dict
 
 # Config keys that a resumed search, or a process joining a shared search, may set otherwise: how
 # long and how wide the search runs, where it writes and on what hardware; none of them changes

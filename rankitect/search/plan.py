@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rankitect.config import check_section
+from rankitect.config_rules import check_section
 from rankitect.errors import ConfigError
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import STOPPED_TAG, SearchContext, SpaceExhausted, Strategy, arch_hash
@@ -31,7 +31,7 @@ class PlanProposer(Strategy):
     chosen to be trained in full).
 
     A subclass names its section's dataclass (:attr:`config_class`); the section is checked against
-    the config's one range table (:func:`~rankitect.config.check_section`).
+    the config's one range table (:func:`~rankitect.config_rules.check_section`).
 
     Args:
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.

@@ -15,7 +15,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rankitect.config import Config, to_dict
+from rankitect.config import Config
+
+from rankitect.config_rules import to_dict
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import STOPPED_TAG, Proposer
 from rankitect.search.budget import TimeBudget

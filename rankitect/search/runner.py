@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from rankitect.config import Config, config_from_dict, rename_old_keys
+from rankitect.config import Config, config_from_dict
+
+from rankitect.config_rules import rename_old_keys
 from rankitect.errors import UserError
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rankitect.config import check_section
+from rankitect.config_rules import check_section
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Space, arch_hash

@@ -29,7 +29,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from rankitect.config import DnasConfig, TrainConfig, check_section
+from rankitect.config import DnasConfig, TrainConfig
+
+from rankitect.config_rules import check_section
 from rankitect.data.batch import Batch
 from rankitect.eval.objective import Objective
 from rankitect.supernet.dnas_step import ArchStep

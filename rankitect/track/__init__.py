@@ -3,7 +3,7 @@
 ``Tracker`` imports MLflow when it is created; ``ui_command`` and ``resolve_uri`` do not.
 """
 
-from rankitect.config import flatten
+from rankitect.config_rules import flatten
 from rankitect.track.mlflow_tracker import Tracker
 from rankitect.track.store import DEFAULT_URI, artifact_root, resolve_uri, ui_command
 

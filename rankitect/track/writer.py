@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rankitect.config import flatten
+from rankitect.config_rules import flatten
 from rankitect.track.experiment import Experiment
 from rankitect.track.names import (BEST_GENOTYPE_FILE, BEST_GENOTYPE_HASH, CONFIG_FILE, DATA, ERROR, FAILURE,
                                    GENOTYPE_FILE, GENOTYPE_HASH, KIND, KIND_BASELINE, KIND_CANDIDATE, KIND_SEARCH,

@@ -181,7 +181,8 @@ def test_the_resume_hint_of_a_stopped_search_names_its_store(env: dict[str, str]
 def test_every_key_that_may_change_is_a_config_key() -> None:
     """MAY_CHANGE names keys (or sections, ending in "."); a renamed key left behind would silently
     make its new name part of the identity."""
-    from rankitect.config import Config, flatten, to_dict
+    from rankitect.config import Config
+    from rankitect.config_rules import flatten, to_dict
     from rankitect.search.identity import MAY_CHANGE, config_identity
 
     keys = flatten(to_dict(Config()))
