@@ -1,4 +1,6 @@
-"""Optuna's samplers over the space's flat choices: TPE (one objective) and NSGA-II (NE and MFLOPs).
+"""The family of strategies over Optuna's samplers and the space's flat choices: :class:`OptunaStrategy`,
+which ``tpe`` (:mod:`~rankitect.search.strategies.tpe`) and ``nsga2``
+(:mod:`~rankitect.search.strategies.nsga2`) extend with their sampler.
 
 Each ask starts an Optuna trial, suggests every labelled choice with ``suggest_categorical`` and
 decodes the suggestion; each tell completes that trial with its values, or marks it FAIL. The
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import rankitect.search._optuna as _optuna
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
-from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
+from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash
 from rankitect.search.shared import SharedStudy, proposal_lock
 
 if TYPE_CHECKING:
@@ -139,64 +141,3 @@ class OptunaStrategy(Strategy):
         if self.shared is None:
             self.study = _optuna.open_study(None, None, self.directions)
             _optuna.restore(self.study, self.space, state["study"])
-
-
-@register_strategy("tpe")
-class TPESearch(OptunaStrategy):
-    """Tree-structured Parzen estimator (Bergstra et al. 2011) on the objective (NE + FLOPs penalty).
-
-    Args:
-        n_startup_trials: uniform trials before the density model takes over.
-        multivariate: model the choices jointly (Falkner et al. 2018) instead of one by one.
-        shared, max_retries: see :class:`OptunaStrategy`.
-    """
-
-    directions: ClassVar[list[str]] = ["minimize"]
-
-    def __init__(
-        self, space: Space, *, seed: int, objective: Objective | None = None, n_startup_trials: int = 10,
-        multivariate: bool = False, shared: SharedStudy | None = None, max_retries: int = 100,
-    ) -> None:
-        if n_startup_trials < 0:
-            raise ValueError(f"n_startup_trials must be >= 0, got {n_startup_trials}")
-        self.n_startup_trials, self.multivariate = n_startup_trials, multivariate
-        super().__init__(space, seed=seed, objective=objective, shared=shared, max_retries=max_retries)
-
-    def make_sampler(self, seed: int) -> Any:
-        optuna = _optuna.import_optuna()
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials,
-                                          multivariate=self.multivariate, constant_liar=True)
-
-    def values(self, result: TrialResult) -> list[float]:
-        return [self.objective(result)]
-
-
-@register_strategy("nsga2")
-class NSGA2Search(OptunaStrategy):
-    """NSGA-II (Deb et al. 2002) on two objectives, validation NE and MFLOPs, both minimized.
-
-    The ``objective`` is not used for selection here (the Pareto front is the goal); it still
-    ranks the final candidates.
-
-    Args:
-        population_size: individuals per generation (the first generation is uniform).
-        shared, max_retries: see :class:`OptunaStrategy`.
-    """
-
-    directions: ClassVar[list[str]] = ["minimize", "minimize"]
-
-    def __init__(
-        self, space: Space, *, seed: int, objective: Objective | None = None, population_size: int = 10,
-        shared: SharedStudy | None = None, max_retries: int = 100,
-    ) -> None:
-        if population_size < 2:
-            raise ValueError(f"population_size must be >= 2, got {population_size}")
-        self.population_size = population_size
-        super().__init__(space, seed=seed, objective=objective, shared=shared, max_retries=max_retries)
-
-    def make_sampler(self, seed: int) -> Any:
-        optuna = _optuna.import_optuna()
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=self.population_size)
-
-    def values(self, result: TrialResult) -> list[float]:
-        return [float(result.val_ne), float(result.mflops)]
