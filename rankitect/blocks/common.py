@@ -21,7 +21,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "silu": nn.SiLU,
     "none": nn.Identity,
 }
-NORMS = ("layernorm", "none")
+NORMS = ("layernorm", "none", "batchnorm")
 
 
 def check_positive(name: str, value: int) -> int:
@@ -121,6 +121,13 @@ def check_norm(name: str) -> str:
     return name
 
 
+def check_dropout(p: float, what: str = "dropout") -> float:
+    """A dropout probability in [0, 1), as a float."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{what} must be a number in [0, 1), got {p!r}")
+    return float(p)
+
+
 class MaskedLinear(nn.Linear):
     """``nn.Linear`` whose first ``request_out`` outputs see only the first ``request_in`` inputs.
 
@@ -216,9 +223,15 @@ class SplitLayerNorm(nn.Module):
 
 
 def make_norm(name: str, features: int, *, request_in: int | None = None) -> nn.Module:
-    """A norm over a flat vector by string key (``"layernorm"`` is masked by ``request_in``)."""
+    """A norm over a flat vector by string key (``"layernorm"`` is masked by ``request_in``).
+
+    ``"batchnorm"`` normalizes each unit on its own (over the batch), so it needs no masking: a
+    request unit stays a function of request units.
+    """
     if check_norm(name) == "none":
         return nn.Identity()
+    if name == "batchnorm":
+        return nn.BatchNorm1d(features)
     return SplitLayerNorm(features, request_in=request_in)
 
 
@@ -228,6 +241,7 @@ __all__ = [
     "FieldLinear",
     "MaskedLinear",
     "SplitLayerNorm",
+    "check_dropout",
     "check_norm",
     "check_positive",
     "check_request",

@@ -86,7 +86,7 @@ def _lookup(model: RankingModel, names: list[str], ids: torch.Tensor, column: di
     emb = model.embedding
     if not names:
         return emb.table(emb.feature_names[0]).new_zeros(rows, 0, emb.dim)
-    return torch.stack([F.embedding(ids[:, column[n]], emb.table(n)) for n in names], dim=1)
+    return torch.stack([emb.project(n, F.embedding(ids[:, column[n]], emb.table(n))) for n in names], dim=1)
 
 
 def adapt(adapter: InputAdapter, xs: list[Split]) -> list[Split]:
@@ -107,8 +107,10 @@ def _head(model: RankingModel, feats: list[Split]) -> torch.Tensor:
     """The head on flat splits: masked hidden layers with their request units once per request,
     then the last linear map per candidate, reading request units by in-kernel broadcast."""
     layers = list(model.head.mlp)
+    norms = list(model.head.norms) if model.head.norms is not None else []
+    hidden = [m for j in range(0, len(layers) - 1, 2) for m in (layers[j], *norms[j // 2 : j // 2 + 1], layers[j + 1])]
     # The masked head concatenates its inputs request parts first, as :func:`cat` does.
-    h = sequential(nn.Sequential(*layers[:-1]), cat(feats))
+    h = sequential(nn.Sequential(*hidden), cat(feats))
     last = layers[-1]
     return plain_linear(last.weight, last.bias, h).squeeze(-1)  # (B, 1) -> (B,)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from rankitect.blocks.common import check_share
 from rankitect.space.architecture import Architecture
+from rankitect.space.recipe_space import PREFIX, apply_recipe, check_recipe_menus, read_recipe, strip_recipe
 
 _OPTION_TYPES = (bool, int, float, str, type(None))
 SHARE_LABEL = "rocs_share"  # the choice of Architecture.rocs_share in a ROCS space
@@ -91,11 +92,13 @@ class SearchSpace:
         options: the preset options it was built with (logged by :meth:`to_dict`).
         rocs_shares: for a ROCS space, the menu of ``Architecture.rocs_share``: one more choice,
             ``rocs_share``, that this class decodes and encodes for every preset.
+        recipe: menus of recipe genes (:mod:`rankitect.space.recipe_space`): one more choice per
+            gene, ``recipe.<gene>``, that this class decodes and encodes for every preset.
     """
 
     def __init__(
         self, name: str, choices: Sequence[Choice], options: Mapping[str, Any],
-        *, rocs_shares: Sequence[float | None] | None = None,
+        *, rocs_shares: Sequence[float | None] | None = None, recipe: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         self.name = name
         self.choices: dict[str, Choice] = {}
@@ -103,6 +106,12 @@ class SearchSpace:
         if rocs_shares is not None:
             options["rocs_shares"] = share_menu(rocs_shares)
             choices = [*choices, Choice(SHARE_LABEL, options["rocs_shares"])]
+        self.recipe_genes: tuple[str, ...] = ()
+        if recipe:
+            menus = check_recipe_menus(recipe, int(options.get("embedding_dim", 16)))
+            options["recipe"] = {k: list(v) for k, v in menus.items()}
+            self.recipe_genes = tuple(menus)
+            choices = [*choices, *(Choice(PREFIX + gene, menu) for gene, menu in menus.items())]
         for c in choices:
             if c.label in self.choices:
                 raise ValueError(f"space {name!r}: duplicate choice label {c.label!r}")
@@ -130,20 +139,28 @@ class SearchSpace:
         return list(reader.read)
 
     def _read(self, reader: SampleReader) -> Architecture:
-        """The preset's decode, plus the request share of a ROCS space."""
+        """The preset's decode, plus the request share of a ROCS space and the recipe genes."""
         arch = self._decode(reader)
-        return replace(arch, rocs_share=reader[SHARE_LABEL]) if SHARE_LABEL in self.choices else arch
+        if SHARE_LABEL in self.choices:
+            arch = replace(arch, rocs_share=reader[SHARE_LABEL])
+        if self.recipe_genes:
+            arch = apply_recipe(arch, {gene: reader[PREFIX + gene] for gene in self.recipe_genes})
+        return arch
 
     def encode(self, arch: Architecture) -> dict[str, Any] | None:
         """A full sample (every label) that decodes to ``arch``, or ``None`` if ``arch`` is not in the space."""
+        recipe = read_recipe(arch, self.recipe_genes)
+        if recipe is None:
+            return None
         try:
-            partial = self._encode(arch)
+            partial = self._encode(strip_recipe(arch) if self.recipe_genes else arch)
         except (ValueError, KeyError, IndexError, TypeError):
             return None
         if partial is None:
             return None
         if SHARE_LABEL in self.choices:
             partial[SHARE_LABEL] = arch.rocs_share
+        partial.update({PREFIX + gene: value for gene, value in recipe.items()})
         sample = {label: partial.get(label, c.options[0]) for label, c in self.choices.items()}
         try:
             return sample if self.decode(sample) == arch else None

@@ -12,15 +12,28 @@ the same slices into ``build_model(arch)``, and that standalone model computes t
 For DNAS, ``gates`` maps labels to scalars (straight-through Gumbel-softmax samples, forward value
 1) that scale the outputs and inputs each label decides, so the loss has a gradient in every label.
 
+Recipe genes (:mod:`rankitect.space.recipe_space`): the embedding tables are as wide as the widest
+table-width option, and a path's table width is the first columns of each table, projected to
+``D`` by the first columns of its group's widest projection when it is not ``D`` wide. Dropout and
+normalization are a path's choices like any other: its blocks and head run with the path's dropout
+(in training only) and norms, each norm's affine map cut from the widest norm's. Batch norms in the
+supernet normalize with the batch's statistics in training and evaluation alike (a running mean
+shared by every path would fit none), so a cut model's batch norms start from fresh running
+statistics. In training, a path's dropout draws come from the supernet's own seeded sequence (one
+seed per forward), not from the global random state: a seeded search draws the same masks
+whatever ran before it. Learning rates and embedding L2 do not enter the supernet: it trains at the configured
+rates without L2 whatever a path says (in DNAS their labels get no gradient and keep the start's
+values); they are searched when candidates are trained on their own.
+
 >>> import numpy as np
 >>> from rankitect.space import get_space
 >>> from rankitect.space.testing import tiny_batch, tiny_spec
 >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
 >>> supernet = Supernet(space, tiny_spec())
 >>> _ = [torch.nn.init.normal_(p) for p in supernet.head.parameters()]  # the output layers start at 0
->>> path = space.sample(np.random.default_rng(0))
+>>> path = {**space.sample(np.random.default_rng(0)), "recipe.norm": "layernorm"}  # see batch norms below
 >>> batch = tiny_batch(tiny_spec(), 3)
->>> torch.allclose(supernet(batch, path), supernet.extract(path)(batch), atol=1e-6)
+>>> torch.allclose(supernet.eval()(batch, path), supernet.extract(path).eval()(batch), atol=1e-6)
 True
 >>> supernet.path_flops(path) == supernet.extract(path).flops()
 True
@@ -35,6 +48,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -44,6 +58,8 @@ from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import DenseStandardizer, Head, InputAdapter, RankingModel, build_model
+from rankitect.space.recipe import Recipe, vocab_group
+from rankitect.space.recipe_space import PREFIX
 from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
@@ -124,6 +140,34 @@ def _meta_buffers(module: nn.Module) -> bool:
     return any(b.is_meta for b in module.buffers())
 
 
+def _batch_statistics(module: nn.Module) -> nn.Module:
+    """``module`` with its batch norms normalizing by the batch's statistics in training and
+    evaluation alike (no running statistics: see the module docstring)."""
+    for sub in module.modules():
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm):
+            sub.running_mean = sub.running_var = sub.num_batches_tracked = None
+            sub.track_running_stats = False
+    return module
+
+
+def _table_widths(space: SearchSpace, dim: int) -> tuple[int, set[str]]:
+    """The widest table-width option of ``space`` (at least ``dim``) and the vocabulary groups with an
+    option that is not ``dim`` (they need a projection)."""
+    widest, projected = dim, set()
+    for label, choice in space.choices.items():
+        if label.startswith(PREFIX + "dim_"):
+            widths = [o for o in choice.options if o is not None and o != dim]
+            widest = max([widest, *widths])
+            if widths:
+                projected.add(label[len(PREFIX + "dim_"):])
+    return widest, projected
+
+
+def _has_head_norms(space: SearchSpace) -> bool:
+    choice = space.choices.get(PREFIX + "head_norm")
+    return choice is not None and any(o != "none" for o in choice.options)
+
+
 def _key(path: Path) -> tuple[tuple[str, Any], ...]:
     """A hashable key of a path (its items in label order)."""
     return tuple(sorted(path.items(), key=lambda kv: kv[0]))
@@ -151,7 +195,11 @@ class Supernet(nn.Module):
         self.space, self.spec = space, spec
         self.layout = layout if layout is not None else layout_for(space, spec)
         self.dim = self.layout.embedding_dim
-        self.embedding = SparseEmbedding(spec, self.dim)
+        self.table_width, projected = _table_widths(space, self.dim)
+        self.embedding = SparseEmbedding(spec, self.table_width)
+        self.field_groups = [vocab_group(f.vocab_size) for f in spec.sparse_in_field_order()]
+        self.projections = nn.ModuleDict({g: nn.Linear(self.table_width, self.dim, bias=False)
+                                          for g in dict.fromkeys(self.field_groups) if g in projected})
         self.standardize = DenseStandardizer(spec)
         shapes: dict[str, Shape] = {"sparse": (spec.n_sparse, self.dim)}
         if spec.n_dense:
@@ -165,13 +213,23 @@ class Supernet(nn.Module):
                 old = shapes.get(port, (0, *shared.block.out_shape[1:]))
                 shapes[port] = (max(old[0], shared.block.out_shape[0]), *shared.block.out_shape[1:])
         self.ops = nn.ModuleDict({name: MixedOp(options) for name, options in grouped.items()})
-        self.head = SupernetHead(self.layout.head(), shapes)
+        self.head = SupernetHead(self.layout.head(), shapes, norms=_has_head_norms(space))
         self.port_shapes = shapes
         self.cache_size = cache_size
         self._plans: OrderedDict[Any, PathPlan] = OrderedDict()
         self._templates: OrderedDict[Any, nn.Module] = OrderedDict()
         self._flops: OrderedDict[Any, int] = OrderedDict()
         self._decoded: OrderedDict[Any, Architecture] = OrderedDict()
+        # Dropout draws in training: seed ``draw_seed + forwards`` (drawn from the random state the
+        # supernet is built under, so a seeded build draws the same masks).
+        self.draw_seed = int(torch.randint(2**62, (), device="cpu"))
+        # Recipe labels that change the forward (widths, dropout, norms) decide the whole network:
+        # their gates scale the logits, as the head's labels' do.
+        # (A width label of a vocabulary group without fields changes nothing: it gets no gate.)
+        deciding = ("dropout", "norm", "head_norm", *(f"dim_{g}" for g in dict.fromkeys(self.field_groups)))
+        self.recipe_gates = tuple(label for label in space.choices if label[len(PREFIX):] in deciding
+                                  and label.startswith(PREFIX))
+        self.forwards = 0
 
     # --- planning a path ------------------------------------------------------------------------
 
@@ -193,14 +251,18 @@ class Supernet(nn.Module):
         pos = [offset_of(self.head.offsets, v.port, "head")
                + (flat_positions(v.pos, self.dim) if v.is_field else v.pos) for v in head_inputs]
         head_pos = torch.cat(pos)
-        head = self._template(("head", len(head_pos), arch.head.widths),
-                              lambda: Head(len(head_pos), arch.head.widths))
+        head = self._head_template(arch, len(head_pos))
         plan = PathPlan(arch, steps, head, head_pos, head_gates)
-        self._check(head, self.head.params(head_pos, arch.head.widths, _shape_only), "head")
+        self._check(head, self.head.params(head_pos, arch.head.widths, _shape_only, norm=arch.head.norm), "head")
         self._plans[key] = plan
         if len(self._plans) > self.cache_size:
             self._plans.popitem(last=False)
         return plan
+
+    def _head_template(self, arch: Architecture, units: int, *, meta: bool = False) -> Head:
+        h = arch.head
+        return self._template(("head", units, h.widths, h.dropout, h.norm),
+                              lambda: Head(units, h.widths, dropout=h.dropout, norm=h.norm), meta=meta)
 
     def _plan_gene(self, arch: Architecture, i: int, role: Role, values: dict[InputRef, Value]) -> GeneStep:
         gene = arch.blocks[i]
@@ -257,9 +319,9 @@ class Supernet(nn.Module):
         with torch.random.fork_rng(devices=[]):  # building may draw random numbers; the caller's state is kept
             if module is None:
                 with torch.device("meta"):
-                    module = build()
+                    module = _batch_statistics(build())
             if not meta and _meta_buffers(module):
-                module = build()
+                module = _batch_statistics(build())
         for sub in module.modules():
             for name, p in list(sub.named_parameters(recurse=False)):
                 setattr(sub, name, nn.Parameter(torch.empty(p.shape, device="meta"), requires_grad=False))
@@ -276,7 +338,11 @@ class Supernet(nn.Module):
         plan = self.plan(path)
         outs: dict[InputRef, torch.Tensor] = {"dense": self.standardize(batch.dense)}
         if plan.arch.uses("sparse"):
-            outs["sparse"] = self.embedding(batch.sparse)
+            outs["sparse"] = self.fields(batch, plan.arch.recipe, take)
+        plan.head.train(self.training)  # templates live outside the module tree: dropout follows the supernet
+        for step in plan.steps:
+            step.adapter.train(self.training)
+            step.block.train(self.training)
         for i, step in enumerate(plan.steps):
             xs = [scale(outs[r], g, gates) for r, g in zip(step.inputs, step.role.input_gates or
                                                               [()] * len(step.inputs))]
@@ -284,10 +350,34 @@ class Supernet(nn.Module):
         feats = [outs[r].reshape(len(batch), -1) for r in plan.arch.head.inputs]  # (B, N, D) -> (B, N*D)
         return torch.cat(feats, dim=1) if len(feats) > 1 else feats[0]
 
+    def fields(self, batch: Batch, recipe: Recipe, take: Take = pick) -> torch.Tensor:
+        """The sparse fields ``(B, n_sparse, D)`` of a path with ``recipe``'s table widths: each table's
+        first ``d`` columns, projected to ``D`` by its group's first ``d`` projection columns when
+        ``d`` is not ``D`` (as :class:`~rankitect.space.embedding.SparseEmbedding` of that width does)."""
+        rows = self.embedding.lookup(batch.sparse)  # (B, n_sparse * W)
+        B, W, D = rows.shape[0], self.table_width, self.dim
+        rows = rows.view(B, len(self.field_groups), W)  # (B, n_sparse, W)
+        dims = [recipe.group_dim(g, D) for g in self.field_groups]
+        if W == D and all(d == D for d in dims):
+            return rows
+        parts = [rows[:, k, :d] for k, d in enumerate(dims)]  # n_sparse x (B, d_k)
+        for group in dict.fromkeys(self.field_groups):
+            d = recipe.group_dim(group, D)
+            if d == D:
+                continue
+            if group not in self.projections or d > W:
+                raise ValueError(f"supernet: table width {d} of the {group} vocabulary group is not in the space")
+            fields = [k for k, g in enumerate(self.field_groups) if g == group]
+            stacked = torch.stack([parts[k] for k in fields], dim=1)  # (B, n_g, d)
+            out = F.linear(stacked, take(self.projections[group].weight, None, d))  # (B, n_g, d) -> (B, n_g, D)
+            for j, k in enumerate(fields):
+                parts[k] = out[:, j]
+        return torch.stack(parts, dim=1)  # n_sparse x (B, D) -> (B, n_sparse, D)
+
     def head_params(self, path: Path, take: Take = pick) -> Params:
         """The weights of ``path``'s head cut from the widest head (names as in ``Head``)."""
         plan = self.plan(path)
-        return self.head.params(plan.head_pos, plan.arch.head.widths, take)
+        return self.head.params(plan.head_pos, plan.arch.head.widths, take, norm=plan.arch.head.norm)
 
     def forward(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None,
                 take: Take = pick) -> torch.Tensor:
@@ -297,9 +387,19 @@ class Supernet(nn.Module):
         :func:`~rankitect.supernet.slicing.pick`, differentiable into the supernet's weights).
         """
         plan = self.plan(path)
+        if not self.training:
+            return self._logits(plan, batch, path, gates, take)
+        devices = [batch.dense.device] if batch.dense.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # the caller's random state is kept
+            torch.manual_seed(self.draw_seed + self.forwards)
+            self.forwards += 1
+            return self._logits(plan, batch, path, gates, take)
+
+    def _logits(self, plan: PathPlan, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None,
+                take: Take) -> torch.Tensor:
         features = self.features(batch, path, gates, take)
         logits = functional_call(plan.head, self.head_params(path, take), (features,))
-        return scale(logits, plan.head_gates, gates)
+        return scale(logits, plan.head_gates + self.recipe_gates, gates)
 
     # --- what a path costs and what it is ---------------------------------------------------------
 
@@ -334,8 +434,12 @@ class Supernet(nn.Module):
             total += adapter.flops() + block.flops()
             shapes[i] = tuple(block.out_shape)
         units = sum(units_of(shapes[r]) for r in arch.head.inputs)
-        head = self._template(("head", units, arch.head.widths), lambda: Head(units, arch.head.widths), meta=True)
-        return total + head.flops()
+        head = self._head_template(arch, units, meta=True)
+        stem = 0
+        if arch.uses("sparse"):  # the projections of the tables that are not D wide
+            stem = sum(2 * arch.recipe.group_dim(g, self.dim) * self.dim
+                       for g in self.field_groups if arch.recipe.group_dim(g, self.dim) != self.dim)
+        return stem + total + head.flops()
 
     def as_path(self, arch_or_path: Architecture | Path) -> dict[str, Any]:
         """A path from an architecture of the space (``space.encode``) or a path as is."""
@@ -353,13 +457,17 @@ class Supernet(nn.Module):
         model = build_model(plan.arch, self.spec)
         state: Params = {}
         if model.embedding is not None:
-            state.update({f"embedding.{k}": v for k, v in self.embedding.state_dict().items()})
+            for name, d in zip(model.embedding.feature_names, model.embedding.dims):
+                state[f"embedding.ebc.embedding_bags.t_{name}.weight"] = self.embedding.table(name)[:, :d]
+            for group, proj in model.embedding.projections.items():
+                state[f"embedding.projections.{group}.weight"] = self.projections[group].weight[:, :proj.in_features]
         for i, step in enumerate(plan.steps):
             adapter, block = step.params(self.ops[step.site].options[step.option])
             state.update({f"adapters.{i}.{k}": v for k, v in adapter.items()})
             state.update({f"blocks.{i}.{k}": v for k, v in block.items()})
         state.update({f"head.{k}": v for k, v in self.head_params(path).items()})
-        model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+        # Batch-norm running statistics are the new model's own (the supernet keeps none).
+        model.load_state_dict({**model.state_dict(), **{k: v.detach().clone() for k, v in state.items()}}, strict=True)
         return model
 
     def widest_path(self, rng: np.random.Generator) -> dict[str, Any]:
@@ -368,6 +476,8 @@ class Supernet(nn.Module):
         path = self.space.sample(rng)
         for label, choice in self.space.choices.items():
             opts = choice.options
+            if label.startswith(PREFIX):  # dropout, L2 and learning rates are no width: drawn like switches
+                continue
             if all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts):
                 path[label] = max(opts)
         return path
