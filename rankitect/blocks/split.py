@@ -150,6 +150,8 @@ def split_batch_norm(norm: nn.BatchNorm1d, x: Split) -> Split:
     r = x.request_width
 
     def part(t: torch.Tensor, units: slice) -> torch.Tensor:
+        if t.shape[-1] == 0:  # a side without units (batch_norm refuses zero channels)
+            return t
         mean, var = norm.running_mean, norm.running_var
         return F.batch_norm(t, None if mean is None else mean[units], None if var is None else var[units],
                             norm.weight[units] if norm.weight is not None else None,

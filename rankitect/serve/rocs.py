@@ -161,21 +161,31 @@ class RocsCost:
         return self.per_candidate + self.per_request / candidates_per_request
 
 
+def _meta_fields(model: RankingModel, names: list[str], rows: int) -> torch.Tensor:
+    """Meta rows of ``names`` as :func:`_lookup` gives them, ``(rows, len(names), D)``: each table's
+    width, then its group's projection to ``D`` (counted, as scoring runs it), lookups free."""
+    emb = model.embedding
+    if not names:
+        return torch.empty(rows, 0, emb.dim, device="meta")
+    widths = dict(zip(emb.feature_names, emb.dims))
+    return torch.stack([emb.project(n, torch.empty(rows, widths[n], device="meta")) for n in names], dim=1)
+
+
 def _meta_flops(model: RankingModel, requests: int, rows: int) -> int:
-    spec, D = model.spec, model.arch.embedding_dim
+    spec = model.spec
     index = torch.zeros(rows, dtype=torch.long, device="meta")
     first = torch.zeros(requests, dtype=torch.long, device="meta")
     sources: dict[InputRef, Split] = {}
-    if model.embedding is not None:
-        r = spec.n_request_sparse
-        sources["sparse"] = Split(torch.empty(requests, r, D, device="meta"),
-                                  torch.empty(rows, spec.n_sparse - r, D, device="meta"), index, first)
-    if model.arch.uses("dense"):
-        r = spec.n_request_dense
-        sources["dense"] = Split(torch.empty(requests, r, device="meta"),
-                                 torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
     model.eval()  # scoring's mode: a bucket block in training mode would read its edges off meta tensors
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter:  # the table projections count, as in scoring
+        if model.embedding is not None:
+            names, r = model.embedding.feature_names, spec.n_request_sparse
+            sources["sparse"] = Split(_meta_fields(model, names[:r], requests),
+                                      _meta_fields(model, names[r:], rows), index, first)
+        if model.arch.uses("dense"):
+            r = spec.n_request_dense
+            sources["dense"] = Split(torch.empty(requests, r, device="meta"),
+                                     torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
         split_logits(model, sources)
     return int(counter.get_total_flops())
 
