@@ -107,16 +107,29 @@ class SearchSpace:
             options["rocs_shares"] = share_menu(rocs_shares)
             choices = [*choices, Choice(SHARE_LABEL, options["rocs_shares"])]
         self.recipe_genes: tuple[str, ...] = ()
+        self.options = options
+        self._add_choices(choices)
         if recipe:
-            menus = check_recipe_menus(recipe, int(options.get("embedding_dim", 16)))
-            options["recipe"] = {k: list(v) for k, v in menus.items()}
-            self.recipe_genes = tuple(menus)
-            choices = [*choices, *(Choice(PREFIX + gene, menu) for gene, menu in menus.items())]
+            self.add_recipe(recipe)
+
+    def _add_choices(self, choices: Sequence[Choice]) -> None:
         for c in choices:
             if c.label in self.choices:
-                raise ValueError(f"space {name!r}: duplicate choice label {c.label!r}")
+                raise ValueError(f"space {self.name!r}: duplicate choice label {c.label!r}")
             self.choices[c.label] = c
-        self.options = dict(options)
+
+    def add_recipe(self, recipe: Mapping[str, Sequence[Any]]) -> None:
+        """Add one choice per recipe gene of ``recipe`` (gene -> menu), labelled ``recipe.<gene>``,
+        after the preset's own; :func:`get_space` calls it for a preset whose factory takes no
+        ``recipe`` option (a user's space), so every space searches the recipe."""
+        if self.recipe_genes:
+            raise ValueError(f"space {self.name!r} already has recipe choices {list(self.recipe_genes)}")
+        menus = check_recipe_menus(recipe, int(self.options.get("embedding_dim", 16)))
+        if not menus:
+            return
+        self.options["recipe"] = {k: list(v) for k, v in menus.items()}
+        self._add_choices([Choice(PREFIX + gene, menu) for gene, menu in menus.items()])
+        self.recipe_genes = tuple(menus)
 
     def _decode(self, sample: Mapping[str, Any]) -> Architecture:
         raise NotImplementedError
@@ -249,7 +262,8 @@ def register_space(name: str) -> Callable[[Callable[..., SearchSpace]], Callable
 
 
 def get_space(name: str, **options: Any) -> SearchSpace:
-    """Build preset ``name`` with ``options`` (each must be a keyword of the preset's factory).
+    """Build preset ``name`` with ``options`` (each a keyword of the preset's factory, but ``recipe``, which
+    every space takes: a factory without it gets its recipe choices from :meth:`SearchSpace.add_recipe`).
 
     >>> space = get_space("nasrec", num_blocks=2, widths=(16, 32), tokens=(4, 8))
     >>> arch = space.decode(space.sample(np.random.default_rng(0)))
@@ -264,10 +278,14 @@ def get_space(name: str, **options: Any) -> SearchSpace:
         raise ValueError(f"unknown search space {name!r}; known: {sorted(SPACES)}")
     factory = SPACES[name]
     known = sorted(inspect.signature(factory).parameters)
+    recipe = options.pop("recipe") if "recipe" in options and "recipe" not in known else None
     for key in options:
         if key not in known:
             raise ValueError(f"space {name!r}: unknown option {key!r}; known: {known}")
-    return factory(**options)
+    space = factory(**options)
+    if recipe:  # a factory without a recipe option (a user's space): its recipe choices added here
+        space.add_recipe(recipe)
+    return space
 
 
 ROCS_SHARES: tuple[float | None, ...] = (None, 0.5, 0.75, 0.9)

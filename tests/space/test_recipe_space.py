@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from rankitect.search.sizing import recipe_menus_for
-from rankitect.space.architecture import Architecture
+from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.recipe import Recipe
 from rankitect.space.recipe_space import PREFIX
-from rankitect.space.space import get_space
+from rankitect.space.space import SPACES, Choice, SearchSpace, get_space, register_space
 from rankitect.space.testing import tiny_spec
 from tests.space.conftest import SMALL_ENGINEER, SMALL_NASREC
 from tests.space.test_recipe import mixed_spec
@@ -105,3 +105,47 @@ def test_sized_recipe_menus_follow_the_vocabularies() -> None:
     assert menus["dim_medium"] == menus["dim_large"] == (None, 4, 8, 32)
     menus = recipe_menus_for(tiny_spec())
     assert "dim_medium" not in menus and "dim_large" not in menus
+
+
+class PlainSpace(SearchSpace):
+    """A user's space whose factory has no ``recipe`` option: one MLP width, D = 4."""
+
+    def __init__(self, *, use_dense: bool = True) -> None:
+        super().__init__("plain", [Choice("width", (8, 16))], {"use_dense": use_dense, "embedding_dim": 4})
+
+    def _decode(self, sample) -> Architecture:
+        return Architecture((BlockGene("mlp", ("dense", "sparse"), {"width": sample["width"]}),), HeadGene((0,), (4,)),
+                            embedding_dim=4)
+
+    def _encode(self, arch: Architecture) -> dict:
+        return {"width": arch.blocks[0].params["width"]}
+
+
+@pytest.fixture()
+def plain_space():
+    register_space("plain")(PlainSpace)
+    try:
+        yield
+    finally:
+        SPACES.pop("plain", None)
+
+
+def test_a_space_whose_factory_takes_no_recipe_gets_its_choices(plain_space) -> None:
+    menus = recipe_menus_for(mixed_spec(), 4)
+    space = get_space("plain", recipe=menus)
+    assert space.recipe_genes == tuple(menus) and space.to_dict()["options"]["recipe"]["dropout"] == [0.0, 0.1, 0.2, 0.3]
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(20):
+        sample = space.sample(rng)
+        arch = space.decode(sample)
+        mlp = arch.blocks[0].params
+        assert (mlp["dropout"], mlp["norm"], arch.head.norm) == tuple(sample[PREFIX + g] for g in ("dropout", "norm",
+                                                                                                    "head_norm"))
+        assert arch.recipe.lr_sparse == sample[PREFIX + "lr_sparse"]
+        assert space.decode(space.encode(arch)) == arch
+        seen.add(arch.recipe)
+    assert len(seen) > 1
+    assert get_space("plain").recipe_genes == ()  # none asked for, none added
+    with pytest.raises(ValueError, match="already has recipe choices"):
+        space.add_recipe(menus)
