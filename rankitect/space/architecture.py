@@ -14,10 +14,9 @@ field at fault (``blocks[3].inputs[1]``, ``head.widths[0]``, ...).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +26,7 @@ import rankitect.blocks  # noqa: F401  (importing the package registers every bl
 from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
 from rankitect.blocks.common import NORMS, check_dropout, check_share
 from rankitect.errors import DataError
+from rankitect.space.params import Params, canonical_params, check_int
 from rankitect.space.recipe import DIM_GENES, Recipe
 
 RAW_INPUTS = ("dense", "sparse")
@@ -37,73 +37,6 @@ MAX_JSON_DEPTH = 32
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 InputRef = Union[int, str]
-_SCALARS = (bool, int, float, str)
-# Int params that may be 0 (every other int param must be >= 1): DCN full rank, a Wukong FMB without hidden layers.
-_ZERO_OK = {("dcn", "low_rank"), ("wukong", "mlp_layers")}
-
-
-def _freeze(key: str, value: Any) -> Any:
-    """A JSON-scalar param value, or a tuple of them (lists become tuples)."""
-    if isinstance(value, (list, tuple)):
-        items = tuple(value)
-        if not all(isinstance(v, _SCALARS) for v in items):
-            raise ValueError(f"params[{key!r}]: list items must be int/float/bool/str, got {value!r}")
-        return items
-    if not isinstance(value, _SCALARS):
-        raise ValueError(f"params[{key!r}]: must be int/float/bool/str or a list of them, got {value!r}")
-    return value
-
-
-class Params(Mapping[str, Any]):
-    """An immutable, hashable, key-sorted mapping of a gene's params (lists held as tuples).
-
-    >>> p = Params({"width": 8, "modules": ["dot", "fm"]})
-    >>> list(p), p["modules"], p.to_dict()
-    (['modules', 'width'], ('dot', 'fm'), {'modules': ['dot', 'fm'], 'width': 8})
-    >>> p == Params({"modules": ("dot", "fm"), "width": 8}) and hash(p) == hash(Params(p))
-    True
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
-        items = dict(data or {})
-        for k in items:
-            if not isinstance(k, str):
-                raise ValueError(f"params: keys must be strings, got {k!r}")
-        self._items: tuple[tuple[str, Any], ...] = tuple(sorted((k, _freeze(k, v)) for k, v in items.items()))
-
-    def __getitem__(self, key: str) -> Any:
-        for k, v in self._items:
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k, _ in self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(self._items)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Params):
-            return self._items == other._items
-        return isinstance(other, Mapping) and dict(self._items) == dict(other)
-
-    def __repr__(self) -> str:
-        return f"Params({dict(self._items)!r})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self._items}
-
-
-def _check_int(where: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{where}: must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def _check_input(where: str, ref: Any) -> InputRef:
@@ -121,44 +54,6 @@ def _check_inputs(where: str, inputs: Any) -> tuple[InputRef, ...]:
     if len(set(refs)) != len(refs):
         raise ValueError(f"{where}: duplicate inputs in {list(refs)}")
     return refs
-
-
-def _canonical_params(op: str, params: Mapping[str, Any]) -> Params:
-    """Params with every accepted key (defaults filled in), checked for unknown/missing keys."""
-    accepted = block_params(op)
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ValueError(f"params: unknown {unknown} for op {op!r}; accepted: {sorted(accepted)}")
-    full = dict(params)
-    for name, p in accepted.items():
-        if name not in full:
-            if p.default is inspect.Parameter.empty:
-                raise ValueError(f"params: missing {name!r} for op {op!r}")
-            full[name] = p.default
-    for name, value in full.items():
-        if _kind(accepted[name].annotation) == "float" and isinstance(value, int) and not isinstance(value, bool):
-            full[name] = float(value)  # one JSON spelling (0.0, not 0) and one hash per value
-    frozen = Params(full)
-    for name, value in frozen.items():
-        _check_param_type(name, value, accepted[name].annotation)
-        if isinstance(value, int) and not isinstance(value, bool):
-            _check_int(f"params[{name!r}]", value, 0 if (op, name) in _ZERO_OK else 1)
-    return frozen
-
-
-def _kind(annotation: Any) -> str:
-    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-
-
-def _check_param_type(name: str, value: Any, annotation: Any) -> None:
-    """Check scalar params against the block's annotation (``int``, ``bool``, ``str``); others pass."""
-    kind = _kind(annotation)
-    expected = {"int": int, "bool": bool, "str": str, "float": (int, float)}.get(kind)
-    if expected is None:
-        return
-    wrong_bool = isinstance(value, bool) and kind != "bool"
-    if wrong_bool or not isinstance(value, expected):
-        raise ValueError(f"params[{name!r}]: must be {kind}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -189,8 +84,8 @@ class BlockGene:
         except ValueError as err:
             raise ValueError(f"op: {err}") from None
         object.__setattr__(self, "inputs", _check_inputs("inputs", self.inputs))
-        object.__setattr__(self, "params", _canonical_params(self.op, self.params))
-        _check_int("tokens", self.tokens, 1)
+        object.__setattr__(self, "params", canonical_params(self.op, self.params))
+        check_int("tokens", self.tokens, 1)
 
     @property
     def in_kind(self) -> str:
@@ -240,7 +135,7 @@ class HeadGene:
         object.__setattr__(self, "inputs", _check_inputs("inputs", inputs) if inputs else ())
         if isinstance(self.widths, (str, bytes)) or not isinstance(self.widths, Sequence):
             raise ValueError(f"widths: must be a list of ints, got {self.widths!r}")
-        widths = tuple(_check_int(f"widths[{i}]", w, 1) for i, w in enumerate(self.widths))
+        widths = tuple(check_int(f"widths[{i}]", w, 1) for i, w in enumerate(self.widths))
         object.__setattr__(self, "widths", widths)
 
     def to_dict(self) -> dict[str, Any]:
@@ -306,7 +201,7 @@ class Architecture:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
-        _check_int("embedding_dim", self.embedding_dim, 1)
+        check_int("embedding_dim", self.embedding_dim, 1)
         if not isinstance(self.recipe, Recipe):
             raise ValueError(f"recipe: must be a Recipe, got {self.recipe!r}")
         at_d = {g: None for g in DIM_GENES if getattr(self.recipe, g) == self.embedding_dim}

@@ -41,7 +41,8 @@ import torch
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import UserError
-from rankitect.space.architecture import Architecture, BlockGene, HeadGene, Params
+from rankitect.space.architecture import Architecture, BlockGene, HeadGene
+from rankitect.space.params import Params
 from rankitect.space.builder import RankingModel, build_model
 
 BYTES = 4  # float32 weights, optimizer state and activations

@@ -43,12 +43,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -58,76 +56,18 @@ from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import DenseStandardizer, Head, InputAdapter, RankingModel, build_model
-from rankitect.space.recipe import Recipe, vocab_group
+from rankitect.space.recipe import vocab_group
 from rankitect.space.recipe_space import PREFIX
 from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
 from rankitect.supernet.shared import SharedBlock, SupernetHead, Value, offset_of, units_of
-from rankitect.supernet.slicing import InPos, Params, Take, flat_positions, linear, pick, slice_block
+from rankitect.supernet.slicing import Params, Take, flat_positions, pick, slice_block
+from rankitect.supernet.stem import has_head_norms, path_fields, recipe_gates, stem_flops, stem_state, table_widths
+from rankitect.supernet.steps import GeneStep, MixedOp, PathPlan, scale
 
 Shape = tuple[int, ...]
 Path = Mapping[str, Any]
-
-
-class MixedOp(nn.Module):
-    """One choice site: a shared block per option; a path runs one, scaled by its labels' gates."""
-
-    def __init__(self, options: Mapping[str, SharedBlock]) -> None:
-        super().__init__()
-        self.options = nn.ModuleDict(options)
-
-    def forward(self, step: GeneStep, xs: list[torch.Tensor], gates: Mapping[str, torch.Tensor] | None,
-                take: Take = pick) -> torch.Tensor:
-        adapter_params, block_params = step.params(self.options[step.option], take)
-        xs = functional_call(step.adapter, adapter_params, (xs,))
-        return scale(functional_call(step.block, block_params, tuple(xs)), step.role.gates, gates)
-
-
-@dataclass
-class GeneStep:
-    """One gene of a planned path: its templates (actual sizes) and where its weights sit."""
-
-    site: str
-    option: str
-    role: Role
-    inputs: tuple[InputRef, ...]
-    adapter: InputAdapter
-    block: Block
-    tokens: int
-    in_pos: InPos
-    proj_cols: torch.Tensor | None
-
-    def params(self, shared: SharedBlock, take: Take = pick) -> tuple[Params, Params]:
-        """The adapter's and the block's weights cut from ``shared`` by ``take`` (default: differentiable)."""
-        return self.adapter_params(shared, take), slice_block(
-            self.block.op_name, shared.block, self.block, self.in_pos, take)[0]
-
-    def adapter_params(self, shared: SharedBlock, take: Take = pick) -> Params:
-        """The projection of a field op's flat inputs to tokens: first ``tokens * D`` rows, their columns."""
-        if self.proj_cols is None or shared.proj is None:
-            return {}
-        return linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols, take)
-
-
-@dataclass
-class PathPlan:
-    """A path turned into steps: the architecture, its genes' steps and its head."""
-
-    arch: Architecture
-    steps: list[GeneStep]
-    head: Head
-    head_pos: torch.Tensor
-    head_gates: tuple[str, ...]
-
-
-def scale(x: torch.Tensor, labels: tuple[str, ...], gates: Mapping[str, torch.Tensor] | None) -> torch.Tensor:
-    """``x`` times the gates of ``labels`` (unchanged without gates)."""
-    if gates is None:
-        return x
-    for label in labels:
-        x = x * gates[label]
-    return x
 
 
 def _shape_only(t: torch.Tensor, *index: Any) -> torch.Tensor:
@@ -148,24 +88,6 @@ def _batch_statistics(module: nn.Module) -> nn.Module:
             sub.running_mean = sub.running_var = sub.num_batches_tracked = None
             sub.track_running_stats = False
     return module
-
-
-def _table_widths(space: SearchSpace, dim: int) -> tuple[int, set[str]]:
-    """The widest table-width option of ``space`` (at least ``dim``) and the vocabulary groups with an
-    option that is not ``dim`` (they need a projection)."""
-    widest, projected = dim, set()
-    for label, choice in space.choices.items():
-        if label.startswith(PREFIX + "dim_"):
-            widths = [o for o in choice.options if o is not None and o != dim]
-            widest = max([widest, *widths])
-            if widths:
-                projected.add(label[len(PREFIX + "dim_"):])
-    return widest, projected
-
-
-def _has_head_norms(space: SearchSpace) -> bool:
-    choice = space.choices.get(PREFIX + "head_norm")
-    return choice is not None and any(o != "none" for o in choice.options)
 
 
 def _key(path: Path) -> tuple[tuple[str, Any], ...]:
@@ -195,7 +117,7 @@ class Supernet(nn.Module):
         self.space, self.spec = space, spec
         self.layout = layout if layout is not None else layout_for(space, spec)
         self.dim = self.layout.embedding_dim
-        self.table_width, projected = _table_widths(space, self.dim)
+        self.table_width, projected = table_widths(space, self.dim)
         self.embedding = SparseEmbedding(spec, self.table_width)
         self.field_groups = [vocab_group(f.vocab_size) for f in spec.sparse_in_field_order()]
         self.projections = nn.ModuleDict({g: nn.Linear(self.table_width, self.dim, bias=False)
@@ -213,7 +135,7 @@ class Supernet(nn.Module):
                 old = shapes.get(port, (0, *shared.block.out_shape[1:]))
                 shapes[port] = (max(old[0], shared.block.out_shape[0]), *shared.block.out_shape[1:])
         self.ops = nn.ModuleDict({name: MixedOp(options) for name, options in grouped.items()})
-        self.head = SupernetHead(self.layout.head(), shapes, norms=_has_head_norms(space))
+        self.head = SupernetHead(self.layout.head(), shapes, norms=has_head_norms(space))
         self.port_shapes = shapes
         self.cache_size = cache_size
         self._plans: OrderedDict[Any, PathPlan] = OrderedDict()
@@ -223,12 +145,7 @@ class Supernet(nn.Module):
         # Dropout draws in training: seed ``draw_seed + forwards`` (drawn from the random state the
         # supernet is built under, so a seeded build draws the same masks).
         self.draw_seed = int(torch.randint(2**62, (), device="cpu"))
-        # Recipe labels that change the forward (widths, dropout, norms) decide the whole network:
-        # their gates scale the logits, as the head's labels' do.
-        # (A width label of a vocabulary group without fields changes nothing: it gets no gate.)
-        deciding = ("dropout", "norm", "head_norm", *(f"dim_{g}" for g in dict.fromkeys(self.field_groups)))
-        self.recipe_gates = tuple(label for label in space.choices if label[len(PREFIX):] in deciding
-                                  and label.startswith(PREFIX))
+        self.recipe_gates = recipe_gates(space, self.field_groups)
         self.forwards = 0
 
     # --- planning a path ------------------------------------------------------------------------
@@ -338,7 +255,8 @@ class Supernet(nn.Module):
         plan = self.plan(path)
         outs: dict[InputRef, torch.Tensor] = {"dense": self.standardize(batch.dense)}
         if plan.arch.uses("sparse"):
-            outs["sparse"] = self.fields(batch, plan.arch.recipe, take)
+            outs["sparse"] = path_fields(self.embedding, self.projections, self.field_groups, self.dim,
+                                          batch.sparse, plan.arch.recipe, take)
         plan.head.train(self.training)  # templates live outside the module tree: dropout follows the supernet
         for step in plan.steps:
             step.adapter.train(self.training)
@@ -349,30 +267,6 @@ class Supernet(nn.Module):
             outs[i] = self.ops[step.site](step, xs, gates, take)
         feats = [outs[r].reshape(len(batch), -1) for r in plan.arch.head.inputs]  # (B, N, D) -> (B, N*D)
         return torch.cat(feats, dim=1) if len(feats) > 1 else feats[0]
-
-    def fields(self, batch: Batch, recipe: Recipe, take: Take = pick) -> torch.Tensor:
-        """The sparse fields ``(B, n_sparse, D)`` of a path with ``recipe``'s table widths: each table's
-        first ``d`` columns, projected to ``D`` by its group's first ``d`` projection columns when
-        ``d`` is not ``D`` (as :class:`~rankitect.space.embedding.SparseEmbedding` of that width does)."""
-        rows = self.embedding.lookup(batch.sparse)  # (B, n_sparse * W)
-        B, W, D = rows.shape[0], self.table_width, self.dim
-        rows = rows.view(B, len(self.field_groups), W)  # (B, n_sparse, W)
-        dims = [recipe.group_dim(g, D) for g in self.field_groups]
-        if W == D and all(d == D for d in dims):
-            return rows
-        parts = [rows[:, k, :d] for k, d in enumerate(dims)]  # n_sparse x (B, d_k)
-        for group in dict.fromkeys(self.field_groups):
-            d = recipe.group_dim(group, D)
-            if d == D:
-                continue
-            if group not in self.projections or d > W:
-                raise ValueError(f"supernet: table width {d} of the {group} vocabulary group is not in the space")
-            fields = [k for k, g in enumerate(self.field_groups) if g == group]
-            stacked = torch.stack([parts[k] for k in fields], dim=1)  # (B, n_g, d)
-            out = F.linear(stacked, take(self.projections[group].weight, None, d))  # (B, n_g, d) -> (B, n_g, D)
-            for j, k in enumerate(fields):
-                parts[k] = out[:, j]
-        return torch.stack(parts, dim=1)  # n_sparse x (B, D) -> (B, n_sparse, D)
 
     def head_params(self, path: Path, take: Take = pick) -> Params:
         """The weights of ``path``'s head cut from the widest head (names as in ``Head``)."""
@@ -435,10 +329,7 @@ class Supernet(nn.Module):
             shapes[i] = tuple(block.out_shape)
         units = sum(units_of(shapes[r]) for r in arch.head.inputs)
         head = self._head_template(arch, units, meta=True)
-        stem = 0
-        if arch.uses("sparse"):  # the projections of the tables that are not D wide
-            stem = sum(2 * arch.recipe.group_dim(g, self.dim) * self.dim
-                       for g in self.field_groups if arch.recipe.group_dim(g, self.dim) != self.dim)
+        stem = stem_flops(arch.recipe, self.field_groups, self.dim) if arch.uses("sparse") else 0
         return stem + total + head.flops()
 
     def as_path(self, arch_or_path: Architecture | Path) -> dict[str, Any]:
@@ -455,12 +346,7 @@ class Supernet(nn.Module):
         path = self.as_path(arch_or_path)
         plan = self.plan(path)
         model = build_model(plan.arch, self.spec)
-        state: Params = {}
-        if model.embedding is not None:
-            for name, d in zip(model.embedding.feature_names, model.embedding.dims):
-                state[f"embedding.ebc.embedding_bags.t_{name}.weight"] = self.embedding.table(name)[:, :d]
-            for group, proj in model.embedding.projections.items():
-                state[f"embedding.projections.{group}.weight"] = self.projections[group].weight[:, :proj.in_features]
+        state = stem_state(model, self.embedding, self.projections)
         for i, step in enumerate(plan.steps):
             adapter, block = step.params(self.ops[step.site].options[step.option])
             state.update({f"adapters.{i}.{k}": v for k, v in adapter.items()})
@@ -483,4 +369,4 @@ class Supernet(nn.Module):
         return path
 
 
-__all__ = ["GeneStep", "MixedOp", "PathPlan", "SharedBlock", "Supernet", "SupernetHead", "scale"]
+__all__ = ["Supernet"]
