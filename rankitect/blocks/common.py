@@ -223,46 +223,21 @@ class SplitLayerNorm(nn.Module):
 
 
 class BatchNorm(nn.BatchNorm1d):
-    """``nn.BatchNorm1d`` over ``(B, W)`` that takes a batch of one row and starts its running
-    statistics from the batches it has seen.
+    """``nn.BatchNorm1d`` over ``(B, W)`` that also takes a batch of one row.
 
     A lone row has no batch statistics (its variance is 0; torch refuses it in training), yet it
     comes: the last batch of an epoch, a probe, a request scored alone. Such a row is normalized
     by the running statistics, which it leaves unchanged; without running statistics (the
     supernet's), by its own, which map every unit to 0 before the affine map: ``y = bias``.
 
-    Running statistics are the plain average of the batches seen until that average would weigh a
-    new batch less than ``momentum`` (``1 / momentum`` batches), then torch's exponential average.
-    That average alone keeps most of its start (mean 0, variance 1) over the first batches, so a
-    candidate validated after a few steps (pruning's first rung) would be scored with statistics
-    mostly not its own.
-
     >>> norm = BatchNorm(3).train()
     >>> norm(torch.randn(1, 3)).shape, int(norm.num_batches_tracked)
     (torch.Size([1, 3]), 0)
-    >>> x = torch.randn(8, 3)
-    >>> _ = norm(x)
-    >>> torch.allclose(norm.running_mean, x.mean(0)), torch.allclose(norm.running_var, x.var(0))
-    (True, True)
     """
 
-    _warming = True  # a cache of "fewer than 1 / momentum batches seen", so the count is read only then
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] == 1 and (self.training or self.running_mean is None):
-            return self._lone_row(x)
-        if not (self.training and self.track_running_stats and self.momentum and self._warming):
+        if x.shape[0] != 1 or not (self.training or self.running_mean is None):
             return super().forward(x)
-        self._warming = int(self.num_batches_tracked) + 1 < 1.0 / self.momentum
-        if not self._warming:
-            return super().forward(x)
-        momentum, self.momentum = self.momentum, None  # torch: weigh batch k by 1/k (a plain average)
-        try:
-            return super().forward(x)
-        finally:
-            self.momentum = momentum
-
-    def _lone_row(self, x: torch.Tensor) -> torch.Tensor:
         if self.running_mean is not None and self.running_var is not None:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
         zero = x * 0.0  # (1, W): the lone row minus its own mean; keeps the graph
