@@ -138,7 +138,8 @@ class Twin(nn.Module):
         self.head = copy.deepcopy(model.head.mlp)
         # Tables narrower or wider than D (the recipe's widths): each group's fields and projection.
         self.dims = list(model.embedding.dims)
-        self.groups = [(fields, _p(model.embedding.projections[g].weight)) for g, fields in model.embedding.projected.items()]
+        self.groups = [(fields, _p(model.embedding.projections[g].weight))
+                       for g, fields in model.embedding.projected.items()]
         self.group_weights = nn.ParameterList([w for _, w in self.groups])
 
     def embed(self, batch_sparse: object, ids: torch.Tensor) -> torch.Tensor:

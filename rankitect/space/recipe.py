@@ -100,7 +100,8 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         """The genes that differ from today's values (an empty dict for the default recipe)."""
         default = Recipe()
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(default, f.name)}
 
     @classmethod
     def from_dict(cls, d: Any) -> Recipe:

@@ -9,14 +9,13 @@ shared view of its runs table (:data:`VIEW_KEY`: the metric columns, best test N
 
 Parent run (named by strategy, space, data and start time; tags ``rankitect.kind=search``,
 ``rankitect.strategy``, ``rankitect.space``, ``rankitect.data``, and ``rankitect.search``, its
-name, which every run of the search carries too: the shared view groups the runs list by it): the
-flattened config as params (long values cut, the full config in ``config.yaml``), ``space.json``,
-and at the end ``pareto.csv``, ``pareto.png`` (also an MLflow image, key ``pareto``, among the
-run's charts), the Pareto table as an MLflow table (``pareto.json``), ``best_genotype.json``,
-``search_state.json``, the winner's metrics under the candidates' names and its name as tag
-``rankitect.winner``. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
-``baseline`` or ``finetune``): params ``genotype_hash``, the recipe genes (``recipe.*``: table
-widths, embedding L2, learning rates, dropouts, norms) and every architecture choice under the
+name, which every run of the search carries too: the shared view groups the runs list by it): the flattened config as params
+(long values cut, the full config in ``config.yaml``), ``space.json``, and at the end
+``pareto.csv``, ``pareto.png`` (also an MLflow image, key ``pareto``, among the run's charts), the
+Pareto table as an MLflow table (``pareto.json``), ``best_genotype.json``, ``search_state.json``,
+the winner's metrics under the candidates' names and its name as tag ``rankitect.winner``. Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``,
+``baseline`` or ``finetune``): params ``genotype_hash``, the recipe genes (``recipe.*``) and every
+architecture choice under the
 space's flat label (``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation
 step), ``test/ne``, ``test/auc``, ``test/logloss``, ``mflops``, ``params``, ``train_seconds``,
 artifact ``genotype.json``; its real start and end times; tag ``rankitect.status`` (``ok``,

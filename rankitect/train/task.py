@@ -55,7 +55,8 @@ def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
 def unwrap(model: nn.Module) -> nn.Module:
     """The model inside training wrappers (a compiled model's ``model``, DDP's or DMP's ``module``)."""
     for _ in range(4):
-        inner = getattr(model, "arch", None) is None and (getattr(model, "model", None) or getattr(model, "module", None))
+        wrapped = getattr(model, "model", None) or getattr(model, "module", None)
+        inner = getattr(model, "arch", None) is None and wrapped
         if not isinstance(inner, nn.Module):
             break
         model = inner

@@ -133,7 +133,8 @@ def plain_space():
 def test_a_space_whose_factory_takes_no_recipe_gets_its_choices(plain_space) -> None:
     menus = recipe_menus_for(mixed_spec(), 4)
     space = get_space("plain", recipe=menus)
-    assert space.recipe_genes == tuple(menus) and space.to_dict()["options"]["recipe"]["dropout"] == [0.0, 0.1, 0.2, 0.3]
+    assert space.recipe_genes == tuple(menus)
+    assert space.to_dict()["options"]["recipe"]["dropout"] == [0.0, 0.1, 0.2, 0.3]
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(20):
