@@ -3,8 +3,9 @@
     python -m bench.speed.block_bench                 # batch 512, 30 interleaved repetitions
     python -m bench.speed.block_bench --batch-size 2048 --reps 50 --threads 2
 
-For the DCNv2 baseline and one 7-block ``nasrec`` sample (seed ``--seed``), on a Criteo-shaped spec
-(13 dense, 26 sparse features, D = 16):
+For the DCNv2 baseline and one 7-block ``nasrec`` sample (seed ``--seed``; its table widths per
+vocabulary group drawn too, so narrower and wider tables are projected to D), on a Criteo-shaped
+spec (13 dense, 26 sparse features, D = 16):
 
 1. builds the rankitect model and a twin with identical shapes, copies the weights into the twin
    and checks that both give the same logits;
@@ -37,6 +38,8 @@ from rankitect.space import build_model, cost, get_space
 from rankitect.space.architecture import Architecture
 from rankitect.space.baselines import dcnv2
 from rankitect.space.builder import RankingModel
+from rankitect.space.recipe import DIM_GENES
+from rankitect.space.recipe_space import default_recipe_menus
 from rankitect.space.testing import tiny_batch
 
 
@@ -133,11 +136,25 @@ class Twin(nn.Module):
             if adapter.proj is not None:
                 self.projs.extend([_p(adapter.proj.weight), _p(adapter.proj.bias)])
         self.head = copy.deepcopy(model.head.mlp)
+        # Tables narrower or wider than D (the recipe's widths): each group's fields and projection.
+        self.dims = list(model.embedding.dims)
+        self.groups = [(fields, _p(model.embedding.projections[g].weight))
+                       for g, fields in model.embedding.projected.items()]
+        self.group_weights = nn.ParameterList([w for _, w in self.groups])
 
     def embed(self, batch_sparse: object, ids: torch.Tensor) -> torch.Tensor:
         if self.use_ebc:
-            return self.ebc(batch_sparse).values().view(ids.shape[0], -1, self.D)  # (B, n*D) -> (B, n, D)
-        return torch.stack([t(ids[:, c]) for t, c in zip(self.tables, self.columns)], dim=1)
+            rows = self.ebc(batch_sparse).values()  # (B, sum_k d_k), fields side by side
+            if not self.groups:
+                return rows.view(ids.shape[0], -1, self.D)  # (B, n*D) -> (B, n, D)
+            parts = list(rows.split(self.dims, dim=1))  # n x (B, d_k)
+        else:
+            parts = [t(ids[:, c]) for t, c in zip(self.tables, self.columns)]  # n x (B, d_k)
+        for fields, w in self.groups:
+            out = F.linear(torch.stack([parts[k] for k in fields], dim=1), w)  # (B, n_g, d_g) -> (B, n_g, D)
+            for j, k in enumerate(fields):
+                parts[k] = out[:, j]
+        return torch.stack(parts, dim=1)  # n x (B, D) -> (B, n, D)
 
     def forward(self, dense: torch.Tensor, ids: torch.Tensor, sparse: object) -> torch.Tensor:
         emb = self.embed(sparse, ids)
@@ -209,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(ap, {"batch_size": 64, "reps": 2, "warmup": 1}, argv)
     torch.set_num_threads(args.threads)
     spec = criteo_spec()
-    space = get_space("nasrec")
+    # Table widths are the one recipe choice: a twin has no dropout draws of its own to match, and
+    # norms other than layer norms would need twins of their own.
+    space = get_space("nasrec", recipe={g: default_recipe_menus(16)[g] for g in DIM_GENES})
     sample = space.decode(space.sample(np.random.default_rng(args.seed)))
     rows = compare("dcnv2", dcnv2(spec), spec, args) + compare("nasrec", sample, spec, args)
     print(f"\nbatch {args.batch_size}, {args.reps} interleaved reps, {args.threads} thread(s); median step ms")

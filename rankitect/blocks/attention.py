@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from rankitect.blocks.base import FIELD, Block, register_block
-from rankitect.blocks.common import check_positive, check_request
+from rankitect.blocks.common import check_dropout, check_positive, check_request
 from rankitect.blocks.slicing import InPos, Params, Take, pick, slice_whole
 from rankitect.blocks.split import Split, add
 
@@ -35,6 +35,8 @@ class Attention(Block):
         dim: embedding dimension D (divisible by ``num_heads``).
         num_heads: number H of heads, each of size ``D / H``.
         ffn: add the two-layer feed-forward sublayer.
+        dropout: probability of zeroing each output unit of a sublayer before its residual sum
+            (the transformer's residual dropout; training only).
         request_in: request-side input fields (``None`` = unmasked).
 
     Shapes: ``(B, N, D) -> (B, N, D)``.
@@ -47,9 +49,11 @@ class Attention(Block):
     in_kind = FIELD
     out_kind = FIELD
     num_inputs = 1
+    late_params = ("dropout",)
 
     def __init__(
-        self, in_fields: int, dim: int, *, num_heads: int = 2, ffn: bool = True, request_in: int | None = None
+        self, in_fields: int, dim: int, *, num_heads: int = 2, ffn: bool = True, dropout: float = 0.0,
+        request_in: int | None = None,
     ) -> None:
         super().__init__()
         check_positive("in_fields", in_fields)
@@ -60,6 +64,7 @@ class Attention(Block):
         if not isinstance(ffn, bool):
             raise ValueError(f"ffn must be a bool, got {ffn!r}")
         check_request(request_in, in_fields)
+        self.dropout = nn.Dropout(check_dropout(dropout))
         self.in_fields, self.dim, self.num_heads = in_fields, dim, num_heads
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -92,9 +97,9 @@ class Attention(Block):
         return self.proj(out.transpose(1, 2).reshape(B, N, D))  # (B,H,N,Dh) -> (B,N,H,Dh) -> (B,N,D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x + self.attend(x))  # (B, N, D)
+        y = self.norm(x + self.dropout(self.attend(x)))  # (B, N, D)
         if self.ffn is not None and self.ffn_norm is not None:
-            y = self.ffn_norm(y + self.ffn(y))  # (B, N, D) -> (B, N, 4D) -> (B, N, D)
+            y = self.ffn_norm(y + self.dropout(self.ffn(y)))  # (B, N, D) -> (B, N, 4D) -> (B, N, D)
         return y
 
     def forward_split(self, x: Split) -> Split:
@@ -106,9 +111,9 @@ class Attention(Block):
         keys = torch.cat([k_u.index_select(0, x.index), k_c], dim=2)  # (B, H, N, Dh)
         values = torch.cat([v_u.index_select(0, x.index), v_c], dim=2)
         y = x.like(_attend(q_u, k_u, v_u, scale), _attend(q_c, keys, values, scale))
-        y = add(x, y.map(self.proj)).map(self.norm)
+        y = add(x, y.map(self.proj).map(self.dropout)).map(self.norm)
         if self.ffn is not None and self.ffn_norm is not None:
-            y = add(y, y.map(self.ffn)).map(self.ffn_norm)
+            y = add(y, y.map(self.ffn).map(self.dropout)).map(self.ffn_norm)
         return y
 
     def slice_from(self, widest: Block, in_pos: InPos, take: Take = pick) -> tuple[Params, torch.Tensor]:

@@ -67,6 +67,9 @@ class Block(nn.Module):
     input_gradients: ClassVar[bool] = True  # False for blocks piecewise constant in their input (buckets)
 
     op_name: ClassVar[str] = ""  # set by :func:`register_block`
+    # Gene params added after genotypes were first stored: at their default they stay out of a
+    # gene's JSON, so the JSON and hash of an older genotype do not change.
+    late_params: ClassVar[tuple[str, ...]] = ()
 
     out_shape: tuple[int, ...]
     request_out: int

@@ -21,7 +21,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "silu": nn.SiLU,
     "none": nn.Identity,
 }
-NORMS = ("layernorm", "none")
+NORMS = ("layernorm", "none", "batchnorm")
 
 
 def check_positive(name: str, value: int) -> int:
@@ -121,6 +121,13 @@ def check_norm(name: str) -> str:
     return name
 
 
+def check_dropout(p: float, what: str = "dropout") -> float:
+    """A dropout probability in [0, 1), as a float."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{what} must be a number in [0, 1), got {p!r}")
+    return float(p)
+
+
 class MaskedLinear(nn.Linear):
     """``nn.Linear`` whose first ``request_out`` outputs see only the first ``request_in`` inputs.
 
@@ -215,19 +222,49 @@ class SplitLayerNorm(nn.Module):
         return torch.cat([head, tail], dim=-1)
 
 
+class BatchNorm(nn.BatchNorm1d):
+    """``nn.BatchNorm1d`` over ``(B, W)`` that also takes a batch of one row.
+
+    A lone row has no batch statistics (its variance is 0; torch refuses it in training), yet it
+    comes: the last batch of an epoch, a probe, a request scored alone. Such a row is normalized
+    by the running statistics, which it leaves unchanged; without running statistics (the
+    supernet's), by its own, which map every unit to 0 before the affine map: ``y = bias``.
+
+    >>> norm = BatchNorm(3).train()
+    >>> norm(torch.randn(1, 3)).shape, int(norm.num_batches_tracked)
+    (torch.Size([1, 3]), 0)
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] != 1 or not (self.training or self.running_mean is None):
+            return super().forward(x)
+        if self.running_mean is not None and self.running_var is not None:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        zero = x * 0.0  # (1, W): the lone row minus its own mean; keeps the graph
+        return zero + self.bias if self.bias is not None else zero
+
+
 def make_norm(name: str, features: int, *, request_in: int | None = None) -> nn.Module:
-    """A norm over a flat vector by string key (``"layernorm"`` is masked by ``request_in``)."""
+    """A norm over a flat vector by string key (``"layernorm"`` is masked by ``request_in``).
+
+    ``"batchnorm"`` normalizes each unit on its own (over the batch), so it needs no masking: a
+    request unit stays a function of request units.
+    """
     if check_norm(name) == "none":
         return nn.Identity()
+    if name == "batchnorm":
+        return BatchNorm(features)
     return SplitLayerNorm(features, request_in=request_in)
 
 
 __all__ = [
     "ACTIVATIONS",
     "NORMS",
+    "BatchNorm",
     "FieldLinear",
     "MaskedLinear",
     "SplitLayerNorm",
+    "check_dropout",
     "check_norm",
     "check_positive",
     "check_request",

@@ -8,6 +8,7 @@ from torch import nn
 from rankitect.blocks.base import FLAT, Block, register_block
 from rankitect.blocks.common import (
     MaskedLinear,
+    check_dropout,
     check_norm,
     check_positive,
     check_request,
@@ -21,7 +22,7 @@ from rankitect.blocks.split import Split, sequential
 
 @register_block("mlp")
 class MLP(Block):
-    """Fully connected layers, each ``Linear -> norm -> activation`` (NASRec "FC" op).
+    """Fully connected layers, each ``Linear -> norm -> activation -> dropout`` (NASRec "FC" op).
 
     Paper: NASRec, Zhang et al., WWW'23, arXiv 2207.07187 (the dense "FC" block).
 
@@ -36,7 +37,8 @@ class MLP(Block):
         width: units per layer (the output width).
         num_layers: number of layers.
         activation: ``"relu"``, ``"gelu"``, ``"silu"`` or ``"none"``.
-        norm: ``"layernorm"`` or ``"none"``.
+        norm: ``"layernorm"``, ``"batchnorm"`` or ``"none"``.
+        dropout: probability of zeroing each unit after each layer's activation (training only).
         request_in: request-side input units (``None`` = unmasked).
         rocs_share: fraction of each masked layer's units that are request side (``None``:
             proportional to its input share).
@@ -51,6 +53,7 @@ class MLP(Block):
     in_kind = FLAT
     out_kind = FLAT
     num_inputs = 1
+    late_params = ("dropout",)
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class MLP(Block):
         num_layers: int = 1,
         activation: str = "relu",
         norm: str = "layernorm",
+        dropout: float = 0.0,
         request_in: int | None = None,
         rocs_share: float | None = None,
     ) -> None:
@@ -68,6 +72,9 @@ class MLP(Block):
         check_positive("width", width)
         check_positive("num_layers", num_layers)
         check_norm(norm)
+        # One module applied after every activation, outside ``layers``: the state-dict names of
+        # an MLP without dropout stay what they were.
+        self.dropout = nn.Dropout(check_dropout(dropout))
         check_request(request_in, in_features)
         layers: list[nn.Module] = []
         size, request = in_features, request_in
@@ -82,7 +89,11 @@ class MLP(Block):
         self.request_out = request or 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)  # (B, W) -> (B, width)
+        if self.dropout.p == 0.0:
+            return self.layers(x)  # (B, W) -> (B, width)
+        for i in range(0, len(self.layers), 3):  # Linear, norm, activation; then dropout
+            x = self.dropout(self.layers[i + 2](self.layers[i + 1](self.layers[i](x))))
+        return x
 
     def flops(self) -> int:
         return sum(m.flops() for m in self.layers if isinstance(m, MaskedLinear))
@@ -95,12 +106,16 @@ class MLP(Block):
 
 
 def slice_layers(prefix: str, widest: nn.Sequential, layers: nn.Sequential, in_pos: InPos, take: Take) -> Params:
-    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units."""
+    """A stack of ``Linear -> norm -> act`` triples: the first layers of the widest, first units.
+
+    The norms share one affine map per unit whatever their kind: a layer norm, a batch norm or
+    none takes the weights its own kind has from the widest layer's norm (a layer norm).
+    """
     out: Params = {}
     cols = in_pos
     for i in range(0, len(layers), 3):
         width = layers[i].out_features
         out.update(slice_linear(f"{prefix}{i}.", widest[i], width, cols, take))
-        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take))
+        out.update(slice_affine(f"{prefix}{i + 1}.", widest[i + 1], width, take, like=layers[i + 1]))
         cols = width
     return out

@@ -50,9 +50,11 @@ def slice_linear(prefix: str, widest: nn.Linear, rows: Index, cols: Index, take:
     return out
 
 
-def slice_affine(prefix: str, widest: nn.Module, units: Index, take: Take = pick) -> Params:
-    """A norm's ``weight``/``bias`` cut to ``units`` (nothing for an identity "norm")."""
-    names = [n for n, _ in widest.named_parameters(recurse=False)]
+def slice_affine(prefix: str, widest: nn.Module, units: Index, take: Take = pick, *,
+                 like: nn.Module | None = None) -> Params:
+    """A norm's ``weight``/``bias`` cut to ``units`` (nothing for an identity "norm"); with ``like``,
+    the parameters that module has (another kind of norm, or none) cut from ``widest``'s."""
+    names = [n for n, _ in (like if like is not None else widest).named_parameters(recurse=False)]
     return {f"{prefix}{n}": take(getattr(widest, n), units) for n in names}
 
 

@@ -145,6 +145,21 @@ def split_layer_norm(norm: SplitLayerNorm, x: Split) -> Split:
     )
 
 
+def split_batch_norm(norm: nn.BatchNorm1d, x: Split) -> Split:
+    """A batch norm at serving (its running statistics): per unit, so each part takes its own units."""
+    r = x.request_width
+
+    def part(t: torch.Tensor, units: slice) -> torch.Tensor:
+        if t.shape[-1] == 0:  # a side without units (batch_norm refuses zero channels)
+            return t
+        mean, var = norm.running_mean, norm.running_var
+        return F.batch_norm(t, None if mean is None else mean[units], None if var is None else var[units],
+                            norm.weight[units] if norm.weight is not None else None,
+                            norm.bias[units] if norm.bias is not None else None, False, 0.0, norm.eps)
+
+    return x.like(part(x.req, slice(0, r)), part(x.cand, slice(r, None)))
+
+
 def sequential(layers: nn.Sequential, x: Split) -> Split:
     """Masked linears, split LayerNorms and per-unit activations, in order, on a flat split."""
     for layer in layers:
@@ -152,7 +167,9 @@ def sequential(layers: nn.Sequential, x: Split) -> Split:
             x = linear(layer, x)
         elif isinstance(layer, SplitLayerNorm):
             x = split_layer_norm(layer, x)
-        elif isinstance(layer, (nn.ReLU, nn.GELU, nn.SiLU, nn.Identity)):
+        elif isinstance(layer, nn.BatchNorm1d):
+            x = split_batch_norm(layer, x)
+        elif isinstance(layer, (nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout)):
             x = x.map(layer)
         else:
             raise TypeError(f"no split form for layer {type(layer).__name__}")
@@ -175,6 +192,7 @@ __all__ = [
     "linear",
     "plain_linear",
     "sequential",
+    "split_batch_norm",
     "split_layer_norm",
     "split_matmul",
 ]

@@ -162,7 +162,7 @@ def _init_lines(plan: ExportPlan) -> list[str]:
             "        # One table per sparse feature in field order (request side first); order[k] is the",
             "        # storage column of field k.",
             f"        self.embedding = SparseEmbedding({_ints(plan.vocab_sizes)}, {_render(plan.dim)}, "
-            f"order={_ints(plan.sparse_order)})",
+            f"order={_ints(plan.sparse_order)}{_width_args(plan)})",
         ]
     if plan.dense_mean is not None and plan.dense_inv_std is not None:
         lines += [
@@ -189,11 +189,23 @@ def _share_arg(plan: ExportPlan) -> str:
     return f", rocs_share={_render(plan.rocs_share)}" if plan.rocs_share is not None else ""
 
 
+def _width_args(plan: ExportPlan) -> str:
+    """Per-field table widths and the projected groups' fields, when a table is not ``dim`` wide."""
+    if plan.field_dims is None:
+        return ""
+    groups = ", ".join(f"{_render(g)}: {_ints(fields)}" for g, fields in plan.projected)
+    return f",\n            dims={_ints(plan.field_dims)}, projected={{{groups}}}"
+
+
 def _head_args(plan: ExportPlan) -> str:
     args = f"{_render(plan.head_in)}, {_ints(plan.head_widths)}"
-    if plan.head_requests is None:
-        return args
-    return f"{args}, request_in={_render(sum(plan.head_requests))}{_share_arg(plan)}"
+    if plan.head_requests is not None:
+        args = f"{args}, request_in={_render(sum(plan.head_requests))}{_share_arg(plan)}"
+    if plan.head_dropout:
+        args = f"{args}, dropout={_render(plan.head_dropout)}"
+    if plan.head_norm != "none":
+        args = f"{args}, norm={_render(plan.head_norm)}"
+    return args
 
 
 def _forward_lines(plan: ExportPlan) -> list[str]:

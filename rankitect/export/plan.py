@@ -23,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rankitect.blocks.base import BLOCKS, takes_share
+from rankitect.blocks.base import BLOCKS, block_params, takes_share
 from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SparseFeature
+from rankitect.blocks.common import NORMS
 from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene
+from rankitect.space.recipe import DIM_GENES, Recipe
 from rankitect.space.builder import RankingModel, build_model, dense_inv_stds, dense_means
 
 KINDS = ("field", "flat")
@@ -77,6 +79,10 @@ class ExportPlan:
     head_in: int
     head_widths: tuple[int, ...]
     head_requests: tuple[int, ...] | None  # request units of each head input when masked
+    head_dropout: float = 0.0
+    head_norm: str = "none"
+    field_dims: tuple[int, ...] | None = None  # table width of each field (field order); None: all dim
+    projected: tuple[tuple[str, tuple[int, ...]], ...] = ()  # group -> its fields, projected to dim
 
 
 def check_int(where: str, value: Any, minimum: int) -> int:
@@ -145,10 +151,13 @@ def check_params(where: str, op: str, params: Any) -> tuple[tuple[str, Scalar], 
     for key in keys:
         if type(key) is not str or key not in schema:
             raise ValueError(f"{where}: unknown param {key!r} for op {op!r}; accepted: {sorted(schema)}")
-    missing = sorted(set(schema) - set(keys))
+    late = {n: p.default for n, p in block_params(op).items() if n in BLOCKS[op].late_params}
+    missing = sorted(set(schema) - set(keys) - set(late))
     if missing:
         raise ValueError(f"{where}: missing params {missing} for op {op!r}")
-    return tuple((key, check_param(f"{where}[{key!r}]", params[key], hint)) for key, hint in sorted(schema.items()))
+    # A late param (added after genotypes were first stored) that is missing takes its default.
+    values = {**late, **{k: params[k] for k in keys}}
+    return tuple((key, check_param(f"{where}[{key!r}]", values[key], hint)) for key, hint in sorted(schema.items()))
 
 
 def check_ref(where: str, ref: Any, limit: int) -> Ref:
@@ -194,14 +203,31 @@ def clean_architecture(arch: Any) -> Architecture:
         "head": {
             "inputs": list(check_refs("head.inputs", head.inputs, len(blocks))),
             "widths": [check_int(f"head.widths[{j}]", w, 1) for j, w in enumerate(head.widths)],
+            "dropout": check_param("head.dropout", head.dropout, float),
+            "norm": check_choice("head.norm", head.norm, NORMS),
         },
         "embedding_dim": check_int("embedding_dim", arch.embedding_dim, 1),
         "rocs": check_bool("rocs", arch.rocs),
+        "recipe": clean_recipe(arch.recipe),
     }
     share = check_share("rocs_share", arch.rocs_share)
     if share is not None:
         clean["rocs_share"] = share
     return Architecture.from_dict(clean)
+
+
+def clean_recipe(recipe: Any) -> dict[str, Any]:
+    """The recipe's genes as checked scalars (only the table widths reach the source)."""
+    if not isinstance(recipe, Recipe):
+        raise ValueError(f"recipe: must be a Recipe, got {type(recipe).__name__}")
+    out: dict[str, Any] = {}
+    for name in DIM_GENES:
+        value = getattr(recipe, name)
+        if value is not None:
+            out[name] = check_int(f"recipe.{name}", value, 1)
+    for name in ("embedding_l2", "lr_dense", "lr_sparse"):
+        out[name] = check_param(f"recipe.{name}", getattr(recipe, name), float)
+    return out
 
 
 def clean_spec(spec: Any) -> FeatureSpec:
@@ -271,7 +297,24 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
         head_in=head_in,
         head_widths=clean.head.widths,
         head_requests=head_requests,
+        head_dropout=clean.head.dropout,
+        head_norm=clean.head.norm,
+        **_embedding_plan(model),
     )
+
+
+def _embedding_plan(model: RankingModel) -> dict[str, Any]:
+    """Table widths and projected groups of the model's embedding, checked (all at ``dim``: none)."""
+    emb = model.embedding
+    if emb is None or not emb.projected:
+        return {}
+    dims = tuple(check_int(f"embedding.dims[{k}]", d, 1) for k, d in enumerate(emb.dims))
+    projected = tuple(
+        (check_choice("embedding.group", g, tuple(emb.projections)),
+         tuple(check_int(f"embedding.projected[{g!r}]", k, 0) for k in fields))
+        for g, fields in emb.projected.items()
+    )
+    return {"field_dims": dims, "projected": projected}
 
 
 def _gene_plan(

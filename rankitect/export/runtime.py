@@ -26,6 +26,9 @@ class SparseEmbedding(nn.Module):
 
     ``order[k]`` is the storage column of field ``k`` (request-side features first). Each row
     has one id per feature, so a table lookup equals rankitect's sum-pooled embedding bag.
+    ``dims[k]`` is field ``k``'s table width (default ``dim``); ``projected`` maps a vocabulary
+    group to its fields, whose rows one bias-free Linear of the group brings to ``dim``, as
+    rankitect's embedding does.
 
     >>> emb = SparseEmbedding([3, 5], 2, order=[1, 0])  # field 0 is storage column 1
     >>> ids = torch.tensor([[4, 2]])  # storage order: feature 0 has id 4, feature 1 has id 2
@@ -33,14 +36,26 @@ class SparseEmbedding(nn.Module):
     (True, (1, 2, 2))
     """
 
-    def __init__(self, vocab_sizes: list[int], dim: int, order: list[int]) -> None:
+    def __init__(self, vocab_sizes: list[int], dim: int, order: list[int], dims: list[int] | None = None,
+                 projected: dict[str, list[int]] | None = None) -> None:
         super().__init__()
-        self.tables = nn.ModuleList(nn.Embedding(v, dim) for v in vocab_sizes)
+        dims = list(dims) if dims is not None else [dim] * len(vocab_sizes)
+        self.tables = nn.ModuleList(nn.Embedding(v, d) for v, d in zip(vocab_sizes, dims))
+        self.projected = {g: list(fields) for g, fields in (projected or {}).items()}
+        self.projections = nn.ModuleDict(
+            {g: nn.Linear(dims[fields[0]], dim, bias=False) for g, fields in self.projected.items()}
+        )
         self.register_buffer("order", torch.tensor(order, dtype=torch.long), persistent=False)
 
     def forward(self, sparse_ids: torch.Tensor) -> torch.Tensor:
         ids = sparse_ids.index_select(1, self.order)  # (B, n_sparse): storage order -> field order
-        return torch.stack([t(ids[:, k]) for k, t in enumerate(self.tables)], dim=1)  # n x (B, D) -> (B, n, D)
+        parts = [t(ids[:, k]) for k, t in enumerate(self.tables)]  # n x (B, d_k)
+        for group, fields in self.projected.items():
+            stacked = torch.stack([parts[k] for k in fields], dim=1)  # (B, n_g, d_g)
+            out = self.projections[group](stacked)  # (B, n_g, d_g) @ (d_g, D) -> (B, n_g, D)
+            for j, k in enumerate(fields):
+                parts[k] = out[:, j]
+        return torch.stack(parts, dim=1)  # n x (B, D) -> (B, n, D)
 
 
 def read_safetensors(path: str) -> dict:

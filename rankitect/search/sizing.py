@@ -17,6 +17,9 @@ preset's menus follow the data instead:
   candidates within the range: the :data:`QUANTILE` quantile of the FLOPs of :data:`PROBES`
   seeded uniform samples must not exceed the range's upper end. Wider menus would hold mostly
   candidates beyond the range; narrower ones would leave its upper part empty.
+* **Recipe menus** (:mod:`rankitect.space.recipe_space`): a table-width menu only for the
+  vocabulary groups the data has features in, without widths above the group's largest
+  vocabulary (a table wider than its row count learns nothing a narrower one cannot).
 * ``engineer`` menus then get the values the six baselines use (their widths, fields, rank), so
   the sized space contains every baseline: searches start from them and can return them.
 * **Widest corner.** The supernet of the space (:mod:`rankitect.supernet`) allocates every site at
@@ -50,6 +53,8 @@ from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture
 from rankitect.space.baselines import BASELINES, get_baseline
 from rankitect.space.flops import cost
+from rankitect.space.recipe import DIM_GENES, GROUP_NAMES, vocab_group
+from rankitect.space.recipe_space import default_recipe_menus
 from rankitect.space.space import SearchSpace, get_space
 from rankitect.supernet.memory import estimate_supernet_memory
 
@@ -174,6 +179,27 @@ def cap_sites(
     return menus
 
 
+def recipe_menus_for(spec: FeatureSpec, embedding_dim: int = 16) -> dict[str, tuple[Any, ...]]:
+    """The default recipe menus, the table widths of each vocabulary group sized to ``spec``.
+
+    >>> from rankitect.space.testing import tiny_spec  # vocabularies 5 to 20: all small
+    >>> menus = recipe_menus_for(tiny_spec())
+    >>> menus["dim_small"], "dim_large" in menus
+    ((None, 4, 8), False)
+    """
+    menus = default_recipe_menus(embedding_dim)
+    largest: dict[str, int] = {}
+    for f in spec.sparse:
+        group = vocab_group(f.vocab_size)
+        largest[group] = max(largest.get(group, 0), f.vocab_size)
+    for group, gene in zip(GROUP_NAMES, DIM_GENES):
+        if group not in largest:
+            del menus[gene]
+        else:
+            menus[gene] = tuple(d for d in menus[gene] if d is None or d <= largest[group])
+    return menus
+
+
 def probe_mflops(space: SearchSpace, spec: FeatureSpec, n: int = PROBES, seed: int = 0) -> list[float]:
     """MFLOPs on ``spec`` of ``n`` uniform samples of ``space`` (seeded)."""
     rng = np.random.default_rng(seed)
@@ -189,7 +215,8 @@ def sized_space(
     if name not in SIZED:
         raise ValueError(f"search space {name!r} has no sized menus; sized: {list(SIZED)}")
     _, high = check_flops_range(flops_range)
-    base = {"embedding_dim": embedding_dim, "use_dense": spec.n_dense > 0, "rocs": rocs}
+    base = {"embedding_dim": embedding_dim, "use_dense": spec.n_dense > 0, "rocs": rocs,
+            "recipe": recipe_menus_for(spec, embedding_dim)}
     chosen = TOPS[0]
     for top in TOPS[1:]:  # the widest ladder whose candidates stay within the upper end
         space = get_space(name, **base, **_menus(name, spec, top, embedding_dim, baselines=False))
@@ -208,7 +235,7 @@ def space_for(
     ``[low, high]`` MFLOPs), or with its own menus (``flops_range=None``, or ``nasrec_full``)."""
     use_dense = spec.n_dense > 0
     if flops_range is None or name not in SIZED:
-        return get_space(name, use_dense=use_dense, rocs=rocs)
+        return get_space(name, use_dense=use_dense, rocs=rocs, recipe=recipe_menus_for(spec))
     span = auto_flops_range(spec) if flops_range == "auto" else check_flops_range(flops_range)
     return sized_space(name, spec, span, rocs=rocs)
 
@@ -221,4 +248,4 @@ def contains_baselines(space: SearchSpace, spec: FeatureSpec) -> dict[str, bool]
 
 
 __all__ = ["auto_flops_range", "baseline_mflops", "cap_sites", "check_flops_range", "contains_baselines",
-           "field_menu", "ladder", "probe_mflops", "site_cap", "sized_space", "space_for"]
+           "field_menu", "ladder", "probe_mflops", "recipe_menus_for", "site_cap", "sized_space", "space_for"]

@@ -21,7 +21,7 @@ member's bootstrap is seeded by the seed, the count of observations and the memb
 stays deterministic under its seed and resumes exactly from the observations in its state.
 
 >>> from rankitect.space import get_space
->>> space = get_space("nasrec", num_blocks=2, widths=(16, 32), tokens=(4, 8))
+>>> space = get_space("nasrec", num_blocks=2, widths=(16, 32), tokens=(4, 8), recipe={})  # wiring alone
 >>> def val_ne(arch):  # planted: a dot product as block 0's flat op is 0.05 better
 ...     return 0.80 - 0.05 * (space.encode(arch)["b0.flat"] == "dot")
 >>> rng = np.random.default_rng(0)

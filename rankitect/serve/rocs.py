@@ -86,7 +86,7 @@ def _lookup(model: RankingModel, names: list[str], ids: torch.Tensor, column: di
     emb = model.embedding
     if not names:
         return emb.table(emb.feature_names[0]).new_zeros(rows, 0, emb.dim)
-    return torch.stack([F.embedding(ids[:, column[n]], emb.table(n)) for n in names], dim=1)
+    return torch.stack([emb.project(n, F.embedding(ids[:, column[n]], emb.table(n))) for n in names], dim=1)
 
 
 def adapt(adapter: InputAdapter, xs: list[Split]) -> list[Split]:
@@ -107,8 +107,10 @@ def _head(model: RankingModel, feats: list[Split]) -> torch.Tensor:
     """The head on flat splits: masked hidden layers with their request units once per request,
     then the last linear map per candidate, reading request units by in-kernel broadcast."""
     layers = list(model.head.mlp)
+    norms = list(model.head.norms) if model.head.norms is not None else []
+    hidden = [m for j in range(0, len(layers) - 1, 2) for m in (layers[j], *norms[j // 2 : j // 2 + 1], layers[j + 1])]
     # The masked head concatenates its inputs request parts first, as :func:`cat` does.
-    h = sequential(nn.Sequential(*layers[:-1]), cat(feats))
+    h = sequential(nn.Sequential(*hidden), cat(feats))
     last = layers[-1]
     return plain_linear(last.weight, last.bias, h).squeeze(-1)  # (B, 1) -> (B,)
 
@@ -159,21 +161,31 @@ class RocsCost:
         return self.per_candidate + self.per_request / candidates_per_request
 
 
+def _meta_fields(model: RankingModel, names: list[str], rows: int) -> torch.Tensor:
+    """Meta rows of ``names`` as :func:`_lookup` gives them, ``(rows, len(names), D)``: each table's
+    width, then its group's projection to ``D`` (counted, as scoring runs it), lookups free."""
+    emb = model.embedding
+    if not names:
+        return torch.empty(rows, 0, emb.dim, device="meta")
+    widths = dict(zip(emb.feature_names, emb.dims))
+    return torch.stack([emb.project(n, torch.empty(rows, widths[n], device="meta")) for n in names], dim=1)
+
+
 def _meta_flops(model: RankingModel, requests: int, rows: int) -> int:
-    spec, D = model.spec, model.arch.embedding_dim
+    spec = model.spec
     index = torch.zeros(rows, dtype=torch.long, device="meta")
     first = torch.zeros(requests, dtype=torch.long, device="meta")
     sources: dict[InputRef, Split] = {}
-    if model.embedding is not None:
-        r = spec.n_request_sparse
-        sources["sparse"] = Split(torch.empty(requests, r, D, device="meta"),
-                                  torch.empty(rows, spec.n_sparse - r, D, device="meta"), index, first)
-    if model.arch.uses("dense"):
-        r = spec.n_request_dense
-        sources["dense"] = Split(torch.empty(requests, r, device="meta"),
-                                 torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
     model.eval()  # scoring's mode: a bucket block in training mode would read its edges off meta tensors
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter:  # the table projections count, as in scoring
+        if model.embedding is not None:
+            names, r = model.embedding.feature_names, spec.n_request_sparse
+            sources["sparse"] = Split(_meta_fields(model, names[:r], requests),
+                                      _meta_fields(model, names[r:], rows), index, first)
+        if model.arch.uses("dense"):
+            r = spec.n_request_dense
+            sources["dense"] = Split(torch.empty(requests, r, device="meta"),
+                                     torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
         split_logits(model, sources)
     return int(counter.get_total_flops())
 

@@ -9,7 +9,8 @@ torch.Size([2])
 """
 
 from rankitect.space import engineer, nasrec  # noqa: F401  (importing them registers the presets)
-from rankitect.space.architecture import Architecture, BlockGene, HeadGene, Params
+from rankitect.space.architecture import Architecture, BlockGene, HeadGene
+from rankitect.space.params import Params
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.builder import RankingModel, build_model
 from rankitect.space.flops import Cost, cost, dense_params, flops, params

@@ -14,19 +14,20 @@ field at fault (``blocks[3].inputs[1]``, ``head.widths[0]``, ...).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Union
 
 import rankitect.blocks  # noqa: F401  (importing the package registers every block)
 from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
-from rankitect.blocks.common import check_share
+from rankitect.blocks.common import NORMS, check_dropout, check_share
 from rankitect.errors import DataError
+from rankitect.space.params import Params, canonical_params, check_int
+from rankitect.space.recipe import DIM_GENES, Recipe
 
 RAW_INPUTS = ("dense", "sparse")
 # Genotype JSON is read within these: a genotype nests 4 deep and a large one takes a few KB, so
@@ -36,73 +37,6 @@ MAX_JSON_DEPTH = 32
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 InputRef = Union[int, str]
-_SCALARS = (bool, int, float, str)
-# Int params that may be 0 (every other int param must be >= 1): DCN full rank, a Wukong FMB without hidden layers.
-_ZERO_OK = {("dcn", "low_rank"), ("wukong", "mlp_layers")}
-
-
-def _freeze(key: str, value: Any) -> Any:
-    """A JSON-scalar param value, or a tuple of them (lists become tuples)."""
-    if isinstance(value, (list, tuple)):
-        items = tuple(value)
-        if not all(isinstance(v, _SCALARS) for v in items):
-            raise ValueError(f"params[{key!r}]: list items must be int/float/bool/str, got {value!r}")
-        return items
-    if not isinstance(value, _SCALARS):
-        raise ValueError(f"params[{key!r}]: must be int/float/bool/str or a list of them, got {value!r}")
-    return value
-
-
-class Params(Mapping[str, Any]):
-    """An immutable, hashable, key-sorted mapping of a gene's params (lists held as tuples).
-
-    >>> p = Params({"width": 8, "modules": ["dot", "fm"]})
-    >>> list(p), p["modules"], p.to_dict()
-    (['modules', 'width'], ('dot', 'fm'), {'modules': ['dot', 'fm'], 'width': 8})
-    >>> p == Params({"modules": ("dot", "fm"), "width": 8}) and hash(p) == hash(Params(p))
-    True
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
-        items = dict(data or {})
-        for k in items:
-            if not isinstance(k, str):
-                raise ValueError(f"params: keys must be strings, got {k!r}")
-        self._items: tuple[tuple[str, Any], ...] = tuple(sorted((k, _freeze(k, v)) for k, v in items.items()))
-
-    def __getitem__(self, key: str) -> Any:
-        for k, v in self._items:
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k, _ in self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(self._items)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Params):
-            return self._items == other._items
-        return isinstance(other, Mapping) and dict(self._items) == dict(other)
-
-    def __repr__(self) -> str:
-        return f"Params({dict(self._items)!r})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self._items}
-
-
-def _check_int(where: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{where}: must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def _check_input(where: str, ref: Any) -> InputRef:
@@ -120,37 +54,6 @@ def _check_inputs(where: str, inputs: Any) -> tuple[InputRef, ...]:
     if len(set(refs)) != len(refs):
         raise ValueError(f"{where}: duplicate inputs in {list(refs)}")
     return refs
-
-
-def _canonical_params(op: str, params: Mapping[str, Any]) -> Params:
-    """Params with every accepted key (defaults filled in), checked for unknown/missing keys."""
-    accepted = block_params(op)
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ValueError(f"params: unknown {unknown} for op {op!r}; accepted: {sorted(accepted)}")
-    full = dict(params)
-    for name, p in accepted.items():
-        if name not in full:
-            if p.default is inspect.Parameter.empty:
-                raise ValueError(f"params: missing {name!r} for op {op!r}")
-            full[name] = p.default
-    frozen = Params(full)
-    for name, value in frozen.items():
-        _check_param_type(name, value, accepted[name].annotation)
-        if isinstance(value, int) and not isinstance(value, bool):
-            _check_int(f"params[{name!r}]", value, 0 if (op, name) in _ZERO_OK else 1)
-    return frozen
-
-
-def _check_param_type(name: str, value: Any, annotation: Any) -> None:
-    """Check scalar params against the block's annotation (``int``, ``bool``, ``str``); others pass."""
-    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    expected = {"int": int, "bool": bool, "str": str, "float": (int, float)}.get(kind)
-    if expected is None:
-        return
-    wrong_bool = isinstance(value, bool) and kind != "bool"
-    if wrong_bool or not isinstance(value, expected):
-        raise ValueError(f"params[{name!r}]: must be {kind}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -181,8 +84,8 @@ class BlockGene:
         except ValueError as err:
             raise ValueError(f"op: {err}") from None
         object.__setattr__(self, "inputs", _check_inputs("inputs", self.inputs))
-        object.__setattr__(self, "params", _canonical_params(self.op, self.params))
-        _check_int("tokens", self.tokens, 1)
+        object.__setattr__(self, "params", canonical_params(self.op, self.params))
+        check_int("tokens", self.tokens, 1)
 
     @property
     def in_kind(self) -> str:
@@ -193,7 +96,15 @@ class BlockGene:
         return get_block_class(self.op).out_kind
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "inputs": list(self.inputs), "params": self.params.to_dict(), "tokens": self.tokens}
+        """The gene as JSON data; a param the block marks as late (added after genotypes were
+        stored, :attr:`~rankitect.blocks.base.Block.late_params`) appears only off its default, so
+        older genotypes keep their JSON and hash."""
+        params = self.params.to_dict()
+        accepted = block_params(self.op)
+        for name in get_block_class(self.op).late_params:
+            if name in params and params[name] == accepted[name].default:
+                del params[name]
+        return {"op": self.op, "inputs": list(self.inputs), "params": params, "tokens": self.tokens}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BlockGene:
@@ -203,30 +114,46 @@ class BlockGene:
 
 @dataclass(frozen=True)
 class HeadGene:
-    """The final MLP: ``widths`` hidden layers (Linear + ReLU), then a Linear to one logit.
+    """The final MLP: ``widths`` hidden layers (Linear, ``norm``, ReLU, dropout ``dropout``), then a
+    Linear to one logit.
 
     ``inputs`` are flattened and concatenated; empty means "the last block" (filled in by
-    :class:`Architecture`).
+    :class:`Architecture`). ``norm`` (``"none"``, ``"layernorm"`` or ``"batchnorm"``) and ``dropout``
+    enter the JSON only off their defaults (none, 0), so older genotypes keep their hash.
     """
 
     inputs: tuple[InputRef, ...] = ()
     widths: tuple[int, ...] = ()
+    dropout: float = 0.0
+    norm: str = "none"
 
     def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f"norm: must be one of {list(NORMS)}, got {self.norm!r}")
+        object.__setattr__(self, "dropout", check_dropout(self.dropout, "dropout"))
         inputs = tuple(self.inputs)
         object.__setattr__(self, "inputs", _check_inputs("inputs", inputs) if inputs else ())
         if isinstance(self.widths, (str, bytes)) or not isinstance(self.widths, Sequence):
             raise ValueError(f"widths: must be a list of ints, got {self.widths!r}")
-        widths = tuple(_check_int(f"widths[{i}]", w, 1) for i, w in enumerate(self.widths))
+        widths = tuple(check_int(f"widths[{i}]", w, 1) for i, w in enumerate(self.widths))
         object.__setattr__(self, "widths", widths)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"inputs": list(self.inputs), "widths": list(self.widths)}
+        d: dict[str, Any] = {"inputs": list(self.inputs), "widths": list(self.widths)}
+        if self.dropout:
+            d["dropout"] = self.dropout
+        if self.norm != "none":
+            d["norm"] = self.norm
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HeadGene:
-        _check_keys("head", d, {"inputs", "widths"}, set())
-        return cls(inputs=tuple(d.get("inputs", ())), widths=tuple(d.get("widths", ())))
+        _check_keys("head", d, {"inputs", "widths", "dropout", "norm"}, set())
+        return cls(inputs=tuple(d.get("inputs", ())), widths=tuple(d.get("widths", ())),
+                   dropout=d.get("dropout", 0.0), norm=d.get("norm", "none"))
+
+    def with_inputs(self, inputs: tuple[InputRef, ...]) -> HeadGene:
+        return HeadGene(inputs=inputs, widths=self.widths, dropout=self.dropout, norm=self.norm)
 
 
 def _check_keys(what: str, d: Any, allowed: set[str], required: set[str]) -> None:
@@ -248,7 +175,9 @@ class Architecture:
     (only with ``rocs``) is the fraction in (0, 1) of each masked layer's outputs that are request
     side when the layer has request- and candidate-side inputs; ``None`` keeps the share of each
     layer's outputs proportional to its input share. It enters the JSON only when set, so the JSON
-    and hash of an architecture without it do not mention it.
+    and hash of an architecture without it do not mention it. ``recipe``
+    (:class:`~rankitect.space.recipe.Recipe`: per-field embedding widths, embedding L2, learning
+    rate multipliers) enters it likewise only with the genes that differ from today's values.
 
     >>> arch = Architecture(
     ...     blocks=(BlockGene("mlp", ("dense",), {"width": 16}),
@@ -268,10 +197,16 @@ class Architecture:
     embedding_dim: int = 16
     rocs: bool = False
     rocs_share: float | None = None
+    recipe: Recipe = field(default_factory=Recipe)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
-        _check_int("embedding_dim", self.embedding_dim, 1)
+        check_int("embedding_dim", self.embedding_dim, 1)
+        if not isinstance(self.recipe, Recipe):
+            raise ValueError(f"recipe: must be a Recipe, got {self.recipe!r}")
+        at_d = {g: None for g in DIM_GENES if getattr(self.recipe, g) == self.embedding_dim}
+        if at_d:  # a table as wide as D is today's default: one genotype (and hash) per model
+            object.__setattr__(self, "recipe", replace(self.recipe, **at_d))
         if not isinstance(self.rocs, bool):
             raise ValueError(f"rocs: must be a bool, got {self.rocs!r}")
         self._check_share()
@@ -284,7 +219,7 @@ class Architecture:
         if not self.head.inputs:
             if not self.blocks:
                 raise ValueError("head.inputs: must be given when there are no blocks")
-            object.__setattr__(self, "head", HeadGene(inputs=(len(self.blocks) - 1,), widths=self.head.widths))
+            object.__setattr__(self, "head", self.head.with_inputs((len(self.blocks) - 1,)))
         for j, ref in enumerate(self.head.inputs):
             if isinstance(ref, int) and ref >= len(self.blocks):
                 raise ValueError(f"head.inputs[{j}]: block {ref} does not exist ({len(self.blocks)} blocks)")
@@ -336,11 +271,14 @@ class Architecture:
         }
         if self.rocs_share is not None:
             d["rocs_share"] = self.rocs_share
+        recipe = self.recipe.to_dict()
+        if recipe:
+            d["recipe"] = recipe
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Architecture:
-        _check_keys("architecture", d, {"blocks", "head", "embedding_dim", "rocs", "rocs_share"}, {"blocks"})
+        _check_keys("architecture", d, {"blocks", "head", "embedding_dim", "rocs", "rocs_share", "recipe"}, {"blocks"})
         if not isinstance(d["blocks"], list):
             raise ValueError(f"blocks: must be a list, got {d['blocks']!r}")
         genes = []
@@ -359,6 +297,7 @@ class Architecture:
             embedding_dim=d.get("embedding_dim", 16),
             rocs=d.get("rocs", False),
             rocs_share=d.get("rocs_share"),
+            recipe=Recipe.from_dict(d.get("recipe", {})),
         )
 
     def to_json(self, indent: int | None = None) -> str:

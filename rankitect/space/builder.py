@@ -12,7 +12,7 @@ are adapted to what its block takes (:class:`InputAdapter`):
   ``tokens`` extra fields ``(B, tokens, D)`` appended last (``tokens`` is the gene's, 1 by default:
   DLRM's projection of the dense vector to one embedding).
 
-The head flattens and concatenates its inputs, then ``widths`` Linear+ReLU layers and a Linear to
+The head flattens and concatenates its inputs, then ``widths`` Linear(+norm)+ReLU(+dropout) layers and a Linear to
 one logit. With ``arch.rocs`` every tensor carries its request-side count (fields or units, always
 a prefix): concatenations put the request parts of all inputs first (the head's too), dense
 features are reordered request side first, and blocks, token projections and the head's hidden
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
-from rankitect.blocks.common import MaskedLinear, request_share
+from rankitect.blocks.common import MaskedLinear, check_dropout, make_norm, request_share
 from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
@@ -146,7 +146,11 @@ class InputAdapter(nn.Module):
 
 
 class Head(nn.Module):
-    """``widths`` Linear+ReLU layers, then a Linear to one logit: ``(B, W) -> (B,)``.
+    """``widths`` hidden layers (Linear, ``norm``, ReLU, dropout), then a Linear to one logit: ``(B, W) -> (B,)``.
+
+    Norms (``"layernorm"``, ``"batchnorm"``; ``"none"`` by default) sit in ``norms`` and dropout
+    in one ``dropout`` module applied after every hidden ReLU, both outside ``mlp``, so a head
+    without them keeps the state-dict names it always had.
 
     Masked (``request_in`` request-side units, a prefix of the input), every hidden layer is a
     :class:`MaskedLinear` whose first ``request_share(.., rocs_share)`` units see only request
@@ -165,25 +169,39 @@ class Head(nn.Module):
         *,
         request_in: int | None = None,
         rocs_share: float | None = None,
+        dropout: float = 0.0,
+        norm: str = "none",
     ) -> None:
         super().__init__()
         sizes = [in_features, *widths]
         layers: list[nn.Module] = []
+        norms: list[nn.Module] = []
         request = request_in
         for a, b in zip(sizes[:-1], sizes[1:]):
             if request is None:
                 layers += [nn.Linear(a, b), nn.ReLU()]
+                norms.append(make_norm(norm, b))
                 continue
             out_request = request_share(request, a, b, rocs_share)
             layers += [MaskedLinear(a, b, request_in=request, request_out=out_request), nn.ReLU()]
+            norms.append(make_norm(norm, b, request_in=out_request))
             request = out_request
         layers.append(nn.Linear(sizes[-1], 1))
         self.mlp = nn.Sequential(*layers)
+        self.norms = nn.ModuleList(norms) if norm != "none" else None
+        self.dropout = nn.Dropout(check_dropout(dropout))
         self.request_in, self.request_out = request_in, request or 0
         self._flops = sum(2 * a * b for a, b in zip(sizes, [*sizes[1:], 1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x).squeeze(-1)  # (B, 1) -> (B,)
+        if self.norms is None and self.dropout.p == 0.0:
+            return self.mlp(x).squeeze(-1)  # (B, 1) -> (B,)
+        for j in range(0, len(self.mlp) - 1, 2):  # Linear, (norm), ReLU, dropout
+            x = self.mlp[j](x)
+            if self.norms is not None:
+                x = self.norms[j // 2](x)
+            x = self.dropout(self.mlp[j + 1](x))
+        return self.mlp[-1](x).squeeze(-1)  # (B, 1) -> (B,)
 
     def flops(self) -> int:
         return self._flops
@@ -233,7 +251,7 @@ class RankingModel(nn.Module):
         super().__init__()
         self.arch, self.spec = arch, spec
         masked, D = arch.rocs, arch.embedding_dim
-        self.embedding = SparseEmbedding(spec, D) if arch.uses("sparse") else None
+        self.embedding = SparseEmbedding(spec, D, recipe=arch.recipe) if arch.uses("sparse") else None
         shapes: dict[InputRef, Shape] = {}
         requests: dict[InputRef, int] = {}
         if self.embedding is not None:
@@ -260,6 +278,8 @@ class RankingModel(nn.Module):
             arch.head.widths,
             request_in=sum(self.head_r) if masked else None,
             rocs_share=arch.rocs_share,
+            dropout=arch.head.dropout,
+            norm=arch.head.norm,
         )
 
     def _build_gene(
@@ -308,6 +328,15 @@ class RankingModel(nn.Module):
         emb = self.embedding(batch.sparse) if self.embedding is not None else None
         return self.forward_dense(batch, emb)
 
+    def forward_with_l2(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``(B,)`` and the squared L2 norm of the batch's looked-up embedding rows, averaged
+        over the batch: ``mean_b sum_f ||e_bf||^2`` (a 0-d tensor; 0 without sparse inputs), the
+        penalty the recipe's ``embedding_l2`` weighs. One lookup serves both."""
+        if self.embedding is None:
+            return self.forward_dense(batch, None), torch.zeros(())
+        rows = self.embedding.lookup(batch.sparse)  # (B, sum_f d_f)
+        return self.forward_dense(batch, self.embedding.to_fields(rows)), rows.pow(2).sum(dim=1).mean()
+
     def forward_dense(self, batch: Batch, emb: torch.Tensor | None) -> torch.Tensor:
         """Logits from the looked-up fields ``emb`` ``(B, n_sparse, D)`` and ``batch.dense``: every
         layer after the embedding lookup (``runtime.compile`` compiles this part alone)."""
@@ -320,14 +349,16 @@ class RankingModel(nn.Module):
         return self.head(_cat(feats, self.head_r, self.arch.rocs))
 
     def flops(self) -> int:
-        """Forward FLOPs per example: blocks, input projections and head (lookups are free)."""
+        """Forward FLOPs per example: embedding projections, blocks, input projections and head
+        (lookups are free)."""
         adapters = sum(a.flops() for a in self.adapters)
         blocks = sum(b.flops() for b in self.blocks)
-        return adapters + blocks + self.head.flops()
+        stem = self.embedding.flops() if self.embedding is not None else 0
+        return stem + adapters + blocks + self.head.flops()
 
     def sparse_parameters(self) -> Iterator[nn.Parameter]:
         """The embedding tables."""
-        return iter(self.embedding.parameters()) if self.embedding is not None else iter(())
+        return iter(self.embedding.sparse_parameters()) if self.embedding is not None else iter(())
 
     def dense_parameters(self) -> Iterator[nn.Parameter]:
         """Every parameter that is not an embedding table."""

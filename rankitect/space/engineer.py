@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
+from rankitect.space.recipe_space import default_recipe_menus
 from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space
 
 LAYER_OPS = ("attention", "wukong", "dhen")
@@ -65,6 +66,7 @@ class EngineerSpace(SearchSpace):
     def __init__(
         self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]],
         rocs: bool = False, rocs_shares: Sequence[float | None] = ROCS_SHARES,
+        recipe: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
             raise ValueError(f"option 'max_depth' must be an int >= 0, got {max_depth!r}")
@@ -76,7 +78,8 @@ class EngineerSpace(SearchSpace):
         self.menus = {**menus, "heads": heads, "ffn": (False, True), "combine": ("concat", "sum")}
         options = {"max_depth": max_depth, "embedding_dim": embedding_dim, "use_dense": self.use_dense, **menus,
                    "rocs": self.rocs}
-        super().__init__("engineer", self._choices(), options, rocs_shares=rocs_shares if self.rocs else None)
+        super().__init__("engineer", self._choices(), options, rocs_shares=rocs_shares if self.rocs else None,
+                         recipe=recipe)
 
     def _choices(self) -> list[Choice]:
         m = self.menus
@@ -214,6 +217,7 @@ def engineer_space(
     dense_tokens: Sequence[int] = (1, 2, 4),
     rocs: bool = False,
     rocs_shares: Sequence[float | None] = ROCS_SHARES,
+    recipe: Mapping[str, Sequence[Any]] | None = None,
 ) -> EngineerSpace:
     """Stacks of attention / Wukong / DHEN layers, a readout, optional DCN, deep tower and top MLP.
 
@@ -222,7 +226,9 @@ def engineer_space(
     ``dhen_modules`` (``+``-joined module names), ``cross_ranks`` (0 = full rank),
     ``dense_tokens`` (tokens of the dense vector in the field stream); ``rocs=True`` holds only
     ROCS-masked architectures (request-side work runs once per request), with ``rocs_shares`` the
-    menu of their request share (:data:`~rankitect.space.space.ROCS_SHARES`).
+    menu of their request share (:data:`~rankitect.space.space.ROCS_SHARES`). ``recipe`` maps
+    recipe genes to their menus (``None``: the defaults of
+    :func:`~rankitect.space.recipe_space.default_recipe_menus`; ``{}``: no recipe choice).
     """
     menus = {
         "widths": widths, "layer_widths": layer_widths, "fields": fields, "heads": heads,
@@ -232,4 +238,5 @@ def engineer_space(
     return EngineerSpace(
         max_depth=max_depth, embedding_dim=embedding_dim, use_dense=use_dense,
         menus={k: as_tuple(k, v) for k, v in menus.items()}, rocs=rocs, rocs_shares=rocs_shares,
+        recipe=default_recipe_menus(embedding_dim) if recipe is None else recipe,
     )

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
+from rankitect.space.recipe_space import default_recipe_menus
 from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space
 
 NASREC_WIDTHS = (16, 32, 64, 128, 256, 512, 768, 1024)
@@ -62,6 +63,7 @@ class NasrecSpace(SearchSpace):
         head_widths: Sequence[int],
         rocs: bool = False,
         rocs_shares: Sequence[float | None] = ROCS_SHARES,
+        recipe: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         for name, v in {"num_blocks": num_blocks, "max_inputs": max_inputs, "merge_tokens": merge_tokens}.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -79,7 +81,7 @@ class NasrecSpace(SearchSpace):
             "use_dense": self.use_dense, "head_widths": self.head_widths, "rocs": self.rocs,
         }
         super().__init__("nasrec", self._choices(widths, tokens), options,
-                         rocs_shares=rocs_shares if self.rocs else None)
+                         rocs_shares=rocs_shares if self.rocs else None, recipe=recipe)
 
     def _choices(self, widths: tuple[int, ...], tokens: tuple[int, ...]) -> list[Choice]:
         out = []
@@ -194,25 +196,30 @@ def nasrec_space(
     head_widths: Sequence[int] = (),
     rocs: bool = False,
     rocs_shares: Sequence[float | None] = ROCS_SHARES,
+    recipe: Mapping[str, Sequence[Any]] | None = None,
 ) -> NasrecSpace:
     """NASRec-Full (7 blocks, widths 16..1024, 16..64 tokens, <= 4 inputs, D = 16); smaller menus for tests.
 
     ``use_dense=False`` for data without dense features; ``head_widths`` adds hidden head layers;
     ``rocs=True`` holds only ROCS-masked architectures (request-side work runs once per request),
     with ``rocs_shares`` the menu of their request share (:data:`~rankitect.space.space.ROCS_SHARES`).
+    ``recipe`` maps recipe genes to their menus (``None``: the defaults of
+    :func:`~rankitect.space.recipe_space.default_recipe_menus`; ``{}``: no recipe choice).
     """
     return NasrecSpace(
         num_blocks=num_blocks, widths=widths, tokens=tokens, max_inputs=max_inputs, merge_tokens=merge_tokens,
         num_heads=num_heads, embedding_dim=embedding_dim, use_dense=use_dense, head_widths=head_widths,
         rocs=rocs, rocs_shares=rocs_shares,
+        recipe=default_recipe_menus(embedding_dim) if recipe is None else recipe,
     )
 
 
 @register_space("nasrec_full")
 def nasrec_full_space(
     *, embedding_dim: int = 16, use_dense: bool = True, rocs: bool = False,
-    rocs_shares: Sequence[float | None] = ROCS_SHARES,
+    rocs_shares: Sequence[float | None] = ROCS_SHARES, recipe: Mapping[str, Sequence[Any]] | None = None,
 ) -> NasrecSpace:
     """NASRec-Full's menus by name, whatever the data (``search.space=nasrec_full``); the space is
     ``nasrec`` with its default menus, never sized (:mod:`rankitect.search.sizing`)."""
-    return nasrec_space(embedding_dim=embedding_dim, use_dense=use_dense, rocs=rocs, rocs_shares=rocs_shares)
+    return nasrec_space(embedding_dim=embedding_dim, use_dense=use_dense, rocs=rocs, rocs_shares=rocs_shares,
+                        recipe=recipe)

@@ -41,7 +41,8 @@ import torch
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import UserError
-from rankitect.space.architecture import Architecture, BlockGene, HeadGene, Params
+from rankitect.space.architecture import Architecture, BlockGene, HeadGene
+from rankitect.space.params import Params
 from rankitect.space.builder import RankingModel, build_model
 
 BYTES = 4  # float32 weights, optimizer state and activations
@@ -224,13 +225,14 @@ def _measure(arch: Architecture, spec: FeatureSpec) -> dict[str, Part]:
 
 
 def _activations(model: RankingModel) -> dict[str, int]:
-    """Bytes saved for backward per example, per part: from meta forwards of one and two rows, in
+    """Bytes saved for backward per example, per part: from meta forwards of two and three rows (a
+    batch norm treats a lone row apart, :class:`~rankitect.blocks.common.BatchNorm`), in
     training mode, else (a block whose training forward reads values, which ``meta`` has not) in
     eval mode; else, for a block no meta forward runs, its output alone (a lower bound)."""
     for training in (True, False):
         model.train(training)
         try:
-            one, two = _saved_per_part(model, 1), _saved_per_part(model, 2)
+            one, two = _saved_per_part(model, 2), _saved_per_part(model, 3)
         except (RuntimeError, NotImplementedError):
             continue
         return {name: max(0, two.get(name, 0) - one.get(name, 0)) for name in set(one) | set(two)}

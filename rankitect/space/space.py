@@ -22,6 +22,7 @@ import numpy as np
 from rankitect.blocks.common import check_share
 from rankitect.registry import Registry
 from rankitect.space.architecture import Architecture
+from rankitect.space.recipe_space import PREFIX, apply_recipe, check_recipe_menus, read_recipe, strip_recipe
 
 _OPTION_TYPES = (bool, int, float, str, type(None))
 SHARE_LABEL = "rocs_share"  # the choice of Architecture.rocs_share in a ROCS space
@@ -92,11 +93,13 @@ class SearchSpace:
         options: the preset options it was built with (logged by :meth:`to_dict`).
         rocs_shares: for a ROCS space, the menu of ``Architecture.rocs_share``: one more choice,
             ``rocs_share``, that this class decodes and encodes for every preset.
+        recipe: menus of recipe genes (:mod:`rankitect.space.recipe_space`): one more choice per
+            gene, ``recipe.<gene>``, that this class decodes and encodes for every preset.
     """
 
     def __init__(
         self, name: str, choices: Sequence[Choice], options: Mapping[str, Any],
-        *, rocs_shares: Sequence[float | None] | None = None,
+        *, rocs_shares: Sequence[float | None] | None = None, recipe: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         self.name = name
         self.choices: dict[str, Choice] = {}
@@ -104,11 +107,30 @@ class SearchSpace:
         if rocs_shares is not None:
             options["rocs_shares"] = share_menu(rocs_shares)
             choices = [*choices, Choice(SHARE_LABEL, options["rocs_shares"])]
+        self.recipe_genes: tuple[str, ...] = ()
+        self.options = options
+        self._add_choices(choices)
+        if recipe:
+            self.add_recipe(recipe)
+
+    def _add_choices(self, choices: Sequence[Choice]) -> None:
         for c in choices:
             if c.label in self.choices:
-                raise ValueError(f"space {name!r}: duplicate choice label {c.label!r}")
+                raise ValueError(f"space {self.name!r}: duplicate choice label {c.label!r}")
             self.choices[c.label] = c
-        self.options = dict(options)
+
+    def add_recipe(self, recipe: Mapping[str, Sequence[Any]]) -> None:
+        """Add one choice per recipe gene of ``recipe`` (gene -> menu), labelled ``recipe.<gene>``,
+        after the preset's own; :func:`get_space` calls it for a preset whose factory takes no
+        ``recipe`` option (a user's space), so every space searches the recipe."""
+        if self.recipe_genes:
+            raise ValueError(f"space {self.name!r} already has recipe choices {list(self.recipe_genes)}")
+        menus = check_recipe_menus(recipe, int(self.options.get("embedding_dim", 16)))
+        if not menus:
+            return
+        self.options["recipe"] = {k: list(v) for k, v in menus.items()}
+        self._add_choices([Choice(PREFIX + gene, menu) for gene, menu in menus.items()])
+        self.recipe_genes = tuple(menus)
 
     def _decode(self, sample: Mapping[str, Any]) -> Architecture:
         raise NotImplementedError
@@ -131,20 +153,28 @@ class SearchSpace:
         return list(reader.read)
 
     def _read(self, reader: SampleReader) -> Architecture:
-        """The preset's decode, plus the request share of a ROCS space."""
+        """The preset's decode, plus the request share of a ROCS space and the recipe genes."""
         arch = self._decode(reader)
-        return replace(arch, rocs_share=reader[SHARE_LABEL]) if SHARE_LABEL in self.choices else arch
+        if SHARE_LABEL in self.choices:
+            arch = replace(arch, rocs_share=reader[SHARE_LABEL])
+        if self.recipe_genes:
+            arch = apply_recipe(arch, {gene: reader[PREFIX + gene] for gene in self.recipe_genes})
+        return arch
 
     def encode(self, arch: Architecture) -> dict[str, Any] | None:
         """A full sample (every label) that decodes to ``arch``, or ``None`` if ``arch`` is not in the space."""
+        recipe = read_recipe(arch, self.recipe_genes)
+        if recipe is None:
+            return None
         try:
-            partial = self._encode(arch)
+            partial = self._encode(strip_recipe(arch) if self.recipe_genes else arch)
         except (ValueError, KeyError, IndexError, TypeError):
             return None
         if partial is None:
             return None
         if SHARE_LABEL in self.choices:
             partial[SHARE_LABEL] = arch.rocs_share
+        partial.update({PREFIX + gene: value for gene, value in recipe.items()})
         sample = {label: partial.get(label, c.options[0]) for label, c in self.choices.items()}
         try:
             return sample if self.decode(sample) == arch else None
@@ -226,7 +256,8 @@ def register_space(name: str) -> Callable[[Callable[..., SearchSpace]], Callable
 
 
 def get_space(name: str, **options: Any) -> SearchSpace:
-    """Build preset ``name`` with ``options`` (each must be a keyword of the preset's factory).
+    """Build preset ``name`` with ``options`` (each a keyword of the preset's factory, but ``recipe``, which
+    every space takes: a factory without it gets its recipe choices from :meth:`SearchSpace.add_recipe`).
 
     >>> space = get_space("nasrec", num_blocks=2, widths=(16, 32), tokens=(4, 8))
     >>> arch = space.decode(space.sample(np.random.default_rng(0)))
@@ -239,10 +270,14 @@ def get_space(name: str, **options: Any) -> SearchSpace:
     """
     factory = SPACES[name]  # an unknown name: a ValueError listing the known ones
     known = sorted(inspect.signature(factory).parameters)
+    recipe = options.pop("recipe") if "recipe" in options and "recipe" not in known else None
     for key in options:
         if key not in known:
             raise ValueError(f"space {name!r}: unknown option {key!r}; known: {known}")
-    return factory(**options)
+    space = factory(**options)
+    if recipe:  # a factory without a recipe option (a user's space): its recipe choices added here
+        space.add_recipe(recipe)
+    return space
 
 
 ROCS_SHARES: tuple[float | None, ...] = (None, 0.5, 0.75, 0.9)

@@ -3,7 +3,9 @@
 Below ``search`` (whose ``oneshot`` and ``dnas`` proposers train it), above ``space`` and ``train``:
 
 * :mod:`~rankitect.supernet.model`: :class:`~rankitect.supernet.model.Supernet`, every path of a
-  preset space in one module, a path's weights cut from the widest ones;
+  preset space in one module, a path's weights cut from the widest ones; its planned paths
+  (:mod:`~rankitect.supernet.steps`) and its embedding stem under the recipe's table widths
+  (:mod:`~rankitect.supernet.stem`);
 * :mod:`~rankitect.supernet.layout`, :mod:`~rankitect.supernet.presets`: where each choice of a
   preset sits in the supernet;
 * :mod:`~rankitect.supernet.shared`, :mod:`~rankitect.supernet.slicing`: shared widest blocks and

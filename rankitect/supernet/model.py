@@ -12,15 +12,28 @@ the same slices into ``build_model(arch)``, and that standalone model computes t
 For DNAS, ``gates`` maps labels to scalars (straight-through Gumbel-softmax samples, forward value
 1) that scale the outputs and inputs each label decides, so the loss has a gradient in every label.
 
+Recipe genes (:mod:`rankitect.space.recipe_space`): the embedding tables are as wide as the widest
+table-width option, and a path's table width is the first columns of each table, projected to
+``D`` by the first columns of its group's widest projection when it is not ``D`` wide. Dropout and
+normalization are a path's choices like any other: its blocks and head run with the path's dropout
+(in training only) and norms, each norm's affine map cut from the widest norm's. Batch norms in the
+supernet normalize with the batch's statistics in training and evaluation alike (a running mean
+shared by every path would fit none), so a cut model's batch norms start from fresh running
+statistics. In training, a path's dropout draws come from the supernet's own seeded sequence (one
+seed per forward), not from the global random state: a seeded search draws the same masks
+whatever ran before it. Learning rates and embedding L2 do not enter the supernet: it trains at the configured
+rates without L2 whatever a path says (in DNAS their labels get no gradient and keep the start's
+values); they are searched when candidates are trained on their own.
+
 >>> import numpy as np
 >>> from rankitect.space import get_space
 >>> from rankitect.space.testing import tiny_batch, tiny_spec
 >>> space = get_space("nasrec", num_blocks=2, widths=(8, 16), tokens=(2, 4), embedding_dim=4, merge_tokens=2)
 >>> supernet = Supernet(space, tiny_spec())
 >>> _ = [torch.nn.init.normal_(p) for p in supernet.head.parameters()]  # the output layers start at 0
->>> path = space.sample(np.random.default_rng(0))
+>>> path = {**space.sample(np.random.default_rng(0)), "recipe.norm": "layernorm"}  # see batch norms below
 >>> batch = tiny_batch(tiny_spec(), 3)
->>> torch.allclose(supernet(batch, path), supernet.extract(path)(batch), atol=1e-6)
+>>> torch.allclose(supernet.eval()(batch, path), supernet.extract(path).eval()(batch), atol=1e-6)
 True
 >>> supernet.path_flops(path) == supernet.extract(path).flops()
 True
@@ -30,7 +43,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,74 +56,18 @@ from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import DenseStandardizer, Head, InputAdapter, RankingModel, build_model
+from rankitect.space.recipe import vocab_group
+from rankitect.space.recipe_space import PREFIX
 from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
 from rankitect.supernet.shared import SharedBlock, SupernetHead, Value, offset_of, units_of
-from rankitect.supernet.slicing import InPos, Params, Take, flat_positions, linear, pick, slice_block
+from rankitect.supernet.slicing import Params, Take, flat_positions, pick, slice_block
+from rankitect.supernet.stem import has_head_norms, path_fields, recipe_gates, stem_flops, stem_state, table_widths
+from rankitect.supernet.steps import GeneStep, MixedOp, PathPlan, scale
 
 Shape = tuple[int, ...]
 Path = Mapping[str, Any]
-
-
-class MixedOp(nn.Module):
-    """One choice site: a shared block per option; a path runs one, scaled by its labels' gates."""
-
-    def __init__(self, options: Mapping[str, SharedBlock]) -> None:
-        super().__init__()
-        self.options = nn.ModuleDict(options)
-
-    def forward(self, step: GeneStep, xs: list[torch.Tensor], gates: Mapping[str, torch.Tensor] | None,
-                take: Take = pick) -> torch.Tensor:
-        adapter_params, block_params = step.params(self.options[step.option], take)
-        xs = functional_call(step.adapter, adapter_params, (xs,))
-        return scale(functional_call(step.block, block_params, tuple(xs)), step.role.gates, gates)
-
-
-@dataclass
-class GeneStep:
-    """One gene of a planned path: its templates (actual sizes) and where its weights sit."""
-
-    site: str
-    option: str
-    role: Role
-    inputs: tuple[InputRef, ...]
-    adapter: InputAdapter
-    block: Block
-    tokens: int
-    in_pos: InPos
-    proj_cols: torch.Tensor | None
-
-    def params(self, shared: SharedBlock, take: Take = pick) -> tuple[Params, Params]:
-        """The adapter's and the block's weights cut from ``shared`` by ``take`` (default: differentiable)."""
-        return self.adapter_params(shared, take), slice_block(
-            self.block.op_name, shared.block, self.block, self.in_pos, take)[0]
-
-    def adapter_params(self, shared: SharedBlock, take: Take = pick) -> Params:
-        """The projection of a field op's flat inputs to tokens: first ``tokens * D`` rows, their columns."""
-        if self.proj_cols is None or shared.proj is None:
-            return {}
-        return linear("proj.", shared.proj, self.tokens * shared.dim, self.proj_cols, take)
-
-
-@dataclass
-class PathPlan:
-    """A path turned into steps: the architecture, its genes' steps and its head."""
-
-    arch: Architecture
-    steps: list[GeneStep]
-    head: Head
-    head_pos: torch.Tensor
-    head_gates: tuple[str, ...]
-
-
-def scale(x: torch.Tensor, labels: tuple[str, ...], gates: Mapping[str, torch.Tensor] | None) -> torch.Tensor:
-    """``x`` times the gates of ``labels`` (unchanged without gates)."""
-    if gates is None:
-        return x
-    for label in labels:
-        x = x * gates[label]
-    return x
 
 
 def _shape_only(t: torch.Tensor, *index: Any) -> torch.Tensor:
@@ -122,6 +78,16 @@ def _shape_only(t: torch.Tensor, *index: Any) -> torch.Tensor:
 def _meta_buffers(module: nn.Module) -> bool:
     """Whether ``module`` holds buffers on the meta device (values a forward would need)."""
     return any(b.is_meta for b in module.buffers())
+
+
+def _batch_statistics(module: nn.Module) -> nn.Module:
+    """``module`` with its batch norms normalizing by the batch's statistics in training and
+    evaluation alike (no running statistics: see the module docstring)."""
+    for sub in module.modules():
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm):
+            sub.running_mean = sub.running_var = sub.num_batches_tracked = None
+            sub.track_running_stats = False
+    return module
 
 
 def _key(path: Path) -> tuple[tuple[str, Any], ...]:
@@ -151,7 +117,11 @@ class Supernet(nn.Module):
         self.space, self.spec = space, spec
         self.layout = layout if layout is not None else layout_for(space, spec)
         self.dim = self.layout.embedding_dim
-        self.embedding = SparseEmbedding(spec, self.dim)
+        self.table_width, projected = table_widths(space, self.dim)
+        self.embedding = SparseEmbedding(spec, self.table_width)
+        self.field_groups = [vocab_group(f.vocab_size) for f in spec.sparse_in_field_order()]
+        self.projections = nn.ModuleDict({g: nn.Linear(self.table_width, self.dim, bias=False)
+                                          for g in dict.fromkeys(self.field_groups) if g in projected})
         self.standardize = DenseStandardizer(spec)
         shapes: dict[str, Shape] = {"sparse": (spec.n_sparse, self.dim)}
         if spec.n_dense:
@@ -165,13 +135,18 @@ class Supernet(nn.Module):
                 old = shapes.get(port, (0, *shared.block.out_shape[1:]))
                 shapes[port] = (max(old[0], shared.block.out_shape[0]), *shared.block.out_shape[1:])
         self.ops = nn.ModuleDict({name: MixedOp(options) for name, options in grouped.items()})
-        self.head = SupernetHead(self.layout.head(), shapes)
+        self.head = SupernetHead(self.layout.head(), shapes, norms=has_head_norms(space))
         self.port_shapes = shapes
         self.cache_size = cache_size
         self._plans: OrderedDict[Any, PathPlan] = OrderedDict()
         self._templates: OrderedDict[Any, nn.Module] = OrderedDict()
         self._flops: OrderedDict[Any, int] = OrderedDict()
         self._decoded: OrderedDict[Any, Architecture] = OrderedDict()
+        # Dropout draws in training: seed ``draw_seed + forwards`` (drawn from the random state the
+        # supernet is built under, so a seeded build draws the same masks).
+        self.draw_seed = int(torch.randint(2**62, (), device="cpu"))
+        self.recipe_gates = recipe_gates(space, self.field_groups)
+        self.forwards = 0
 
     # --- planning a path ------------------------------------------------------------------------
 
@@ -193,14 +168,18 @@ class Supernet(nn.Module):
         pos = [offset_of(self.head.offsets, v.port, "head")
                + (flat_positions(v.pos, self.dim) if v.is_field else v.pos) for v in head_inputs]
         head_pos = torch.cat(pos)
-        head = self._template(("head", len(head_pos), arch.head.widths),
-                              lambda: Head(len(head_pos), arch.head.widths))
+        head = self._head_template(arch, len(head_pos))
         plan = PathPlan(arch, steps, head, head_pos, head_gates)
-        self._check(head, self.head.params(head_pos, arch.head.widths, _shape_only), "head")
+        self._check(head, self.head.params(head_pos, arch.head.widths, _shape_only, norm=arch.head.norm), "head")
         self._plans[key] = plan
         if len(self._plans) > self.cache_size:
             self._plans.popitem(last=False)
         return plan
+
+    def _head_template(self, arch: Architecture, units: int, *, meta: bool = False) -> Head:
+        h = arch.head
+        return self._template(("head", units, h.widths, h.dropout, h.norm),
+                              lambda: Head(units, h.widths, dropout=h.dropout, norm=h.norm), meta=meta)
 
     def _plan_gene(self, arch: Architecture, i: int, role: Role, values: dict[InputRef, Value]) -> GeneStep:
         gene = arch.blocks[i]
@@ -257,9 +236,9 @@ class Supernet(nn.Module):
         with torch.random.fork_rng(devices=[]):  # building may draw random numbers; the caller's state is kept
             if module is None:
                 with torch.device("meta"):
-                    module = build()
+                    module = _batch_statistics(build())
             if not meta and _meta_buffers(module):
-                module = build()
+                module = _batch_statistics(build())
         for sub in module.modules():
             for name, p in list(sub.named_parameters(recurse=False)):
                 setattr(sub, name, nn.Parameter(torch.empty(p.shape, device="meta"), requires_grad=False))
@@ -276,7 +255,12 @@ class Supernet(nn.Module):
         plan = self.plan(path)
         outs: dict[InputRef, torch.Tensor] = {"dense": self.standardize(batch.dense)}
         if plan.arch.uses("sparse"):
-            outs["sparse"] = self.embedding(batch.sparse)
+            outs["sparse"] = path_fields(self.embedding, self.projections, self.field_groups, self.dim,
+                                          batch.sparse, plan.arch.recipe, take)
+        plan.head.train(self.training)  # templates live outside the module tree: dropout follows the supernet
+        for step in plan.steps:
+            step.adapter.train(self.training)
+            step.block.train(self.training)
         for i, step in enumerate(plan.steps):
             xs = [scale(outs[r], g, gates) for r, g in zip(step.inputs, step.role.input_gates or
                                                               [()] * len(step.inputs))]
@@ -287,7 +271,7 @@ class Supernet(nn.Module):
     def head_params(self, path: Path, take: Take = pick) -> Params:
         """The weights of ``path``'s head cut from the widest head (names as in ``Head``)."""
         plan = self.plan(path)
-        return self.head.params(plan.head_pos, plan.arch.head.widths, take)
+        return self.head.params(plan.head_pos, plan.arch.head.widths, take, norm=plan.arch.head.norm)
 
     def forward(self, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None = None,
                 take: Take = pick) -> torch.Tensor:
@@ -297,9 +281,19 @@ class Supernet(nn.Module):
         :func:`~rankitect.supernet.slicing.pick`, differentiable into the supernet's weights).
         """
         plan = self.plan(path)
+        if not self.training:
+            return self._logits(plan, batch, path, gates, take)
+        devices = [batch.dense.device] if batch.dense.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # the caller's random state is kept
+            torch.manual_seed(self.draw_seed + self.forwards)
+            self.forwards += 1
+            return self._logits(plan, batch, path, gates, take)
+
+    def _logits(self, plan: PathPlan, batch: Batch, path: Path, gates: Mapping[str, torch.Tensor] | None,
+                take: Take) -> torch.Tensor:
         features = self.features(batch, path, gates, take)
         logits = functional_call(plan.head, self.head_params(path, take), (features,))
-        return scale(logits, plan.head_gates, gates)
+        return scale(logits, plan.head_gates + self.recipe_gates, gates)
 
     # --- what a path costs and what it is ---------------------------------------------------------
 
@@ -334,8 +328,9 @@ class Supernet(nn.Module):
             total += adapter.flops() + block.flops()
             shapes[i] = tuple(block.out_shape)
         units = sum(units_of(shapes[r]) for r in arch.head.inputs)
-        head = self._template(("head", units, arch.head.widths), lambda: Head(units, arch.head.widths), meta=True)
-        return total + head.flops()
+        head = self._head_template(arch, units, meta=True)
+        stem = stem_flops(arch.recipe, self.field_groups, self.dim) if arch.uses("sparse") else 0
+        return stem + total + head.flops()
 
     def as_path(self, arch_or_path: Architecture | Path) -> dict[str, Any]:
         """A path from an architecture of the space (``space.encode``) or a path as is."""
@@ -351,15 +346,14 @@ class Supernet(nn.Module):
         path = self.as_path(arch_or_path)
         plan = self.plan(path)
         model = build_model(plan.arch, self.spec)
-        state: Params = {}
-        if model.embedding is not None:
-            state.update({f"embedding.{k}": v for k, v in self.embedding.state_dict().items()})
+        state = stem_state(model, self.embedding, self.projections)
         for i, step in enumerate(plan.steps):
             adapter, block = step.params(self.ops[step.site].options[step.option])
             state.update({f"adapters.{i}.{k}": v for k, v in adapter.items()})
             state.update({f"blocks.{i}.{k}": v for k, v in block.items()})
         state.update({f"head.{k}": v for k, v in self.head_params(path).items()})
-        model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+        # Batch-norm running statistics are the new model's own (the supernet keeps none).
+        model.load_state_dict({**model.state_dict(), **{k: v.detach().clone() for k, v in state.items()}}, strict=True)
         return model
 
     def widest_path(self, rng: np.random.Generator) -> dict[str, Any]:
@@ -368,9 +362,11 @@ class Supernet(nn.Module):
         path = self.space.sample(rng)
         for label, choice in self.space.choices.items():
             opts = choice.options
+            if label.startswith(PREFIX):  # dropout, L2 and learning rates are no width: drawn like switches
+                continue
             if all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts):
                 path[label] = max(opts)
         return path
 
 
-__all__ = ["GeneStep", "MixedOp", "PathPlan", "SharedBlock", "Supernet", "SupernetHead", "scale"]
+__all__ = ["Supernet"]

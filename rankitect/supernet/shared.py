@@ -113,11 +113,13 @@ class SupernetHead(nn.Module):
     That prediction is 0.5 until :meth:`start_at` sets it to the training click rate.
     """
 
-    def __init__(self, site: HeadSite, shapes: Mapping[str, Shape]) -> None:
+    def __init__(self, site: HeadSite, shapes: Mapping[str, Shape], *, norms: bool = False) -> None:
         super().__init__()
         self.offsets, units = _offsets(site.flats, shapes, units_of, "head")
         sizes = [units, *site.widths]
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        # With norm choices: one affine map per hidden layer, shared by its layer and batch norms.
+        self.norms = nn.ModuleList(nn.LayerNorm(b) for b in site.widths) if norms else None
         self.outputs = nn.ModuleDict({str(d): nn.Linear(sizes[d], 1) for d in site.depths})
         for out in self.outputs.values():
             nn.init.zeros_(out.weight)
@@ -140,14 +142,19 @@ class SupernetHead(nn.Module):
         for out in self.outputs.values():
             out.bias.fill_(logit)
 
-    def params(self, in_pos: torch.Tensor, widths: tuple[int, ...], take: Take = pick) -> Params:
-        """The weights of ``Head(len(in_pos), widths)``: first units, one output layer per depth."""
+    def params(self, in_pos: torch.Tensor, widths: tuple[int, ...], take: Take = pick, *, norm: str = "none") -> Params:
+        """The weights of ``Head(len(in_pos), widths, norm=norm)``: first units, one output layer per depth."""
         if str(len(widths)) not in self.outputs:
             raise ValueError(f"supernet head has no output layer for {len(widths)} hidden layers")
+        if norm != "none" and widths and self.norms is None:
+            raise ValueError(f"supernet head has no norm for a head with norm {norm!r}")
         out: Params = {}
         cols: torch.Tensor | int = in_pos
         for i, width in enumerate(widths):
             out.update(linear(f"mlp.{2 * i}.", self.hidden[i], width, cols, take))
+            if norm != "none" and self.norms is not None:
+                out[f"norms.{i}.weight"] = take(self.norms[i].weight, width)
+                out[f"norms.{i}.bias"] = take(self.norms[i].bias, width)
             cols = width
         out.update(linear(f"mlp.{2 * len(widths)}.", self.outputs[str(len(widths))], None, cols, take))
         return out

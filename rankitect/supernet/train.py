@@ -372,7 +372,8 @@ def load_supernet(folder: Any) -> Any:
 
     folder = Path(folder)
     space_d = json.loads((folder / "space.json").read_text())
-    space = get_space(space_d["name"], **space_d["options"])
+    # A supernet saved before spaces had recipe choices had none: build its space without them.
+    space = get_space(space_d["name"], **{"recipe": {}, **space_d["options"]})
     supernet = Supernet(space, FeatureSpec.load(folder / "feature_spec.json"))
     supernet.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
     return supernet

@@ -10,8 +10,8 @@ run's charts), the Pareto table as an MLflow table (``pareto.json``), ``best_gen
 ``rankitect.winner``.
 
 Child run (tag ``mlflow.parentRunId``; ``rankitect.kind`` is ``candidate``, ``baseline`` or
-``finetune``): params ``genotype_hash`` and every architecture choice under the space's flat label
-(``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation step), ``test/ne``,
+``finetune``): params ``genotype_hash``, the recipe genes (``recipe.*``) and every architecture
+choice under the space's flat label (``b0.flat``, ``b0.width``, ...), metrics ``val/ne`` (also at every validation step), ``test/ne``,
 ``test/auc``, ``test/logloss``, ``mflops``, ``params``, ``train_seconds``, artifact
 ``genotype.json``; its real start and end times; tag ``rankitect.status`` (``ok``, ``failed``,
 ``pruned``); status FINISHED, FAILED with the message in the ``error`` tag, or KILLED for a trial
@@ -108,7 +108,9 @@ class RunWriter(Experiment):
                                      start_time=int(start * 1000))
         run_id = run.info.run_id
         metrics = {k: float(getattr(result, a)) for k, a in METRICS.items() if getattr(result, a) is not None}
-        every = {GENOTYPE_HASH: h, **{k: _cut(str(v), MAX_PARAM_CHARS) for k, v in (params or {}).items()}}
+        # The recipe genes as the model has them (a width choice of None is D) over the space's labels.
+        every = {GENOTYPE_HASH: h, **{k: _cut(str(v), MAX_PARAM_CHARS) for k, v in (params or {}).items()},
+                 **_recipe_params(arch)}
         self._log_history(run_id, history or [], start, end)
         last = max((int(p["step"]) for p in history or []), default=0)
         self._log(run_id, params=every, metrics=metrics, step=last)
@@ -318,6 +320,15 @@ def data_name(source: str) -> str:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _recipe_params(arch: Any) -> dict[str, str]:
+    """The genotype's recipe, dropout and norm genes as run params (none for a bare genotype)."""
+    if not hasattr(arch, "recipe"):
+        return {}
+    from rankitect.space.recipe import recipe_params  # the space package pulls in torch: only when used
+
+    return {k: str(v) for k, v in recipe_params(arch).items()}
 
 
 def _genotype_text(arch: Any) -> str:

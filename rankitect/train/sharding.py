@@ -33,7 +33,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -46,7 +46,7 @@ from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator
 from rankitect.space.architecture import Architecture
 from rankitect.space.builder import RankingModel, build_model
-from rankitect.train.task import TrialDiverged, split_parameters
+from rankitect.train.task import TrialDiverged, recipe_lrs, split_parameters
 
 SPARSE_EPS = 1e-10  # torchrec RowWiseAdagrad's default eps, the one RankingTask uses
 WHOLE_ROW_SHARDINGS = {"cpu": ("table_wise",), "cuda": ("table_wise", "row_wise", "table_row_wise")}
@@ -300,6 +300,12 @@ def build_seeded(arch: Architecture, spec: Any, seed: int) -> RankingModel:
         return build_model(arch, spec)
 
 
+def _with_recipe_lrs(cfg: TrainConfig, arch: Architecture) -> TrainConfig:
+    """``cfg`` with the genotype's learning rates (the recipe's multipliers applied once, here)."""
+    lr_dense, lr_sparse = recipe_lrs(cfg, arch.recipe)
+    return replace(cfg, lr_dense=lr_dense, lr_sparse=lr_sparse)
+
+
 def train_distributed(
     arch: Architecture, data: Any, cfg: TrainConfig, env: DistEnv, *, steps: int | None = None
 ) -> DistributedResult:
@@ -308,6 +314,7 @@ def train_distributed(
     ``cfg.batch_size`` is the global batch; ``env.world_size`` must divide it.
     """
     steps = cfg.steps if steps is None else steps
+    cfg = _with_recipe_lrs(cfg, arch)
     if not arch.uses("sparse"):
         raise ConfigError(f"runtime.sharding=torchrec: architecture {arch.hash} reads no sparse features (no tables)")
     if cfg.batch_size % env.world_size:
@@ -332,6 +339,7 @@ def train_reference(arch: Architecture, data: Any, cfg: TrainConfig, *, steps: i
     plain loop; no metrics (``metrics`` is empty).
     """
     steps = cfg.steps if steps is None else steps
+    cfg = _with_recipe_lrs(cfg, arch)
     model = build_seeded(arch, data.spec, cfg.seed)
     from rankitect.train.optim import RowWiseAdagrad
 

@@ -13,6 +13,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
+from rankitect.space.recipe import Recipe
 from rankitect.train.optim import RowWiseAdagrad
 
 
@@ -51,11 +52,36 @@ def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
     return sparse, dense
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside training wrappers (a compiled model's ``model``, DDP's or DMP's ``module``)."""
+    for _ in range(4):
+        wrapped = getattr(model, "model", None) or getattr(model, "module", None)
+        inner = getattr(model, "arch", None) is None and wrapped
+        if not isinstance(inner, nn.Module):
+            break
+        model = inner
+    return model
+
+
+def recipe_of(model: nn.Module) -> Recipe:
+    """The recipe of the architecture ``model`` was built from (today's values for any other module)."""
+    recipe = getattr(getattr(unwrap(model), "arch", None), "recipe", None)
+    return recipe if isinstance(recipe, Recipe) else Recipe()
+
+
+def recipe_lrs(cfg: TrainConfig, recipe: Recipe) -> tuple[float, float]:
+    """(dense, sparse) learning rates: the configured ones times the genotype's multipliers."""
+    return cfg.lr_dense * recipe.lr_dense, cfg.lr_sparse * recipe.lr_sparse
+
+
 class RankingTask(pl.LightningModule):
     """Binary cross-entropy training of a ranking model with two optimizers.
 
-    Embedding tables use row-wise Adagrad (torchrec), the rest Adam. A NaN or infinite loss raises
-    :class:`TrialDiverged`; validation, early stopping and the best state belong to the protocol
+    Embedding tables use row-wise Adagrad (torchrec), the rest Adam, at the configured learning
+    rates times the genotype's recipe multipliers. With the recipe's ``embedding_l2`` the loss adds
+    ``embedding_l2 * mean_b sum_f ||e_bf||^2`` over the embedding rows the batch looked up (the
+    gradient reaches those rows only). A NaN or infinite loss raises :class:`TrialDiverged`;
+    validation, early stopping and the best state belong to the protocol
     (:class:`rankitect.train.protocol.Protocol`).
 
     Args:
@@ -67,6 +93,7 @@ class RankingTask(pl.LightningModule):
         super().__init__()
         self.model = model
         self.cfg = cfg
+        self.recipe = recipe_of(model)
         self.automatic_optimization = False  # two optimizers of different kinds, stepped together
         self.loss_fn = nn.BCEWithLogitsLoss()
 
@@ -75,17 +102,30 @@ class RankingTask(pl.LightningModule):
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         sparse, dense = split_parameters(self.model)
+        lr_dense, lr_sparse = recipe_lrs(self.cfg, self.recipe)
         opts: list[torch.optim.Optimizer] = []
         if sparse:
-            opts.append(RowWiseAdagrad(sparse, lr=self.cfg.lr_sparse))
+            opts.append(RowWiseAdagrad(sparse, lr=lr_sparse))
         if dense:
-            opts.append(torch.optim.Adam(dense, lr=self.cfg.lr_dense, weight_decay=self.cfg.weight_decay))
+            opts.append(torch.optim.Adam(dense, lr=lr_dense, weight_decay=self.cfg.weight_decay))
         return opts
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """The training loss of ``batch``: cross-entropy, plus the embedding L2 term when the recipe has one."""
+        l2 = self.recipe.embedding_l2
+        inner = unwrap(self.model)
+        if not l2 or getattr(inner, "embedding", None) is None:
+            return self.loss_fn(self.model(batch).float(), batch.labels)  # fp32 loss under bf16 autocast
+        if inner is self.model:
+            logits, penalty = inner.forward_with_l2(batch)  # one lookup for both
+        else:  # a wrapper runs its own forward; the rows are looked up once more for the penalty
+            logits, penalty = self.model(batch), inner.embedding.lookup(batch.sparse).pow(2).sum(dim=1).mean()
+        return self.loss_fn(logits.float(), batch.labels) + l2 * penalty.float()
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         opts = self.optimizers()
         opts = opts if isinstance(opts, list) else [opts]
-        loss = self.loss_fn(self.model(batch).float(), batch.labels)  # fp32 loss under bf16 autocast
+        loss = self.loss(batch)
         if not torch.isfinite(loss):
             raise TrialDiverged(f"training loss is {loss.item()} at step {self.global_step}")
         for opt in opts:

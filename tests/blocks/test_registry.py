@@ -69,7 +69,7 @@ def test_missing_param_is_named() -> None:
 
 
 def test_block_params_exclude_request_in() -> None:
-    assert set(block_params("mlp")) == {"width", "num_layers", "activation", "norm"}
+    assert set(block_params("mlp")) == {"width", "num_layers", "activation", "norm", "dropout"}
     assert set(block_params("dhen")) == {"modules", "out_fields", "combine"}
 
 
@@ -79,7 +79,9 @@ def test_block_params_exclude_request_in() -> None:
         ("mlp", (4,), {"width": 0}, None, "width"),
         ("mlp", (4,), {"width": 3, "num_layers": 0}, None, "num_layers"),
         ("mlp", (4,), {"width": 3, "activation": "tanhh"}, None, "tanhh"),
-        ("mlp", (4,), {"width": 3, "norm": "batchnorm"}, None, "batchnorm"),
+        ("mlp", (4,), {"width": 3, "norm": "groupnorm"}, None, "groupnorm"),
+        ("mlp", (4,), {"width": 3, "dropout": 1.0}, None, "dropout"),
+        ("attention", (3, 6), {"dropout": -0.1}, None, "dropout"),
         ("mlp", (4,), {"width": 3}, 5, "request_in"),
         ("efc", (4, 2), {"out_fields": 0}, None, "out_fields"),
         ("dot", (1, 2), {}, None, "in_fields"),

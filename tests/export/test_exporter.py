@@ -21,7 +21,9 @@ from tests.export.archs import ALL_OPS, DENSE_ONLY, SMALL_ENGINEER, SMALL_NASREC
 from tests.export.conftest import assert_same_logits, import_file, perturbed_model
 
 # Runs in a separate interpreter: -I -S (no site-packages .pth files, hence no editable rankitect),
-# torch's own directory added by hand; proves rankitect cannot be imported there.
+# torch's own directory added by hand; proves rankitect cannot be imported there. One torch thread,
+# as the tests' reference logits (tests/conftest.py): a matmul's sums are split by thread count, so
+# the same model at two thread counts differs in the last float bits.
 CHECK_SCRIPT = """
 import importlib.util, sys
 sys.path.append(sys.argv[1])
@@ -32,6 +34,7 @@ except ImportError:
 else:
     raise SystemExit("rankitect is importable")
 import torch
+torch.set_num_threads(1)
 for i, d in enumerate(sys.argv[2:]):
     spec = importlib.util.spec_from_file_location(f"exported_{i}", d + "/model.py")
     module = importlib.util.module_from_spec(spec)

@@ -83,11 +83,13 @@ def test_failed_candidate_becomes_failed_run_and_search_goes_on(env: dict[str, s
     cfg = load_config(overrides=[*TINY, "search.strategy=random", "search.trials=3", "search.baselines=[]"])
     outcome = SearchRunner(cfg, echo=lambda s: None).run()
     runs = _children(outcome.parent_run_id)
-    status = sorted(r.info.status for r in runs)
-    assert status == ["FAILED", "FINISHED", "FINISHED"]
-    failed = next(r for r in runs if r.info.status == "FAILED")
-    assert "boom in candidate two" in failed.data.tags["error"]
-    assert outcome.table["status"].tolist().count("failed") == 1
+    assert len(runs) == 3  # the search went on after the failure
+    # A random candidate (its recipe drawn too) may also fail on its own on this tiny data: only the
+    # second is certain to, with its own error.
+    boom = [r for r in runs if "boom in candidate two" in r.data.tags.get("error", "")]
+    assert len(boom) == 1 and boom[0].info.status == "FAILED"
+    assert any(r.info.status == "FINISHED" for r in runs)
+    assert outcome.table["status"].tolist().count("failed") == sum(r.info.status == "FAILED" for r in runs)
 
 
 def test_diverging_candidate_fails_cleanly(env: dict[str, str]) -> None:
@@ -210,7 +212,8 @@ def test_local_process_pool_runs_every_trial_once(env: dict[str, str]) -> None:
     outcome = SearchRunner(cfg, echo=lambda s: None).run()
     runs = _children(outcome.parent_run_id)
     assert sorted(r.data.tags["rankitect.kind"] for r in runs) == ["baseline", "candidate", "candidate", "candidate"]
-    assert all(r.info.status == "FINISHED" for r in runs)
+    # Every trial ran to an end; a random candidate (its recipe drawn too) may diverge on this tiny data.
+    assert all(r.info.status == "FINISHED" or "TrialDiverged" in r.data.tags.get("error", "") for r in runs)
     assert len({r.data.tags["genotype_hash"] for r in runs}) == 4
     dlrm = next(r for r in runs if r.data.tags["rankitect.kind"] == "baseline")
     assert _has_model(dlrm.info.run_id)  # written by a worker process, moved to the run by this one

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rankitect.space.architecture import Architecture, BlockGene, HeadGene, Params
+from rankitect.space.architecture import Architecture, BlockGene, HeadGene
+from rankitect.space.params import Params
 
 
 def make(**over: Any) -> Architecture:

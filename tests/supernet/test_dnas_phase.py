@@ -29,7 +29,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> ClickData:
 
 
 def three_slots():
-    return get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 3})
+    # Wiring and widths only: where a penalty lands on three slots (recipe labels: the engineer cases).
+    return get_space("nasrec", **{**SMALL_NASREC, "num_blocks": 3}, recipe={})
 
 
 @pytest.mark.parametrize("preset", ["nasrec", "engineer"])

@@ -30,10 +30,14 @@ def test_fixed_path_equals_extracted_standalone_model(preset: str, spec: Feature
     batch = tiny_batch(spec, 8, seed=3)
     rng = np.random.default_rng(7)
     for _ in range(50):
-        path = space.sample(rng)
+        # training mode (batch norms on batch statistics in both); no dropout: the supernet draws its own masks
+        path = {**space.sample(rng), "recipe.dropout": 0.0}
         model = supernet.extract(path)
         assert type(model) is type(build_model(space.decode(path), spec))
-        worst = (supernet(batch, path) - model(batch)).abs().max().item()
+        torch.manual_seed(0)  # training mode: both draw the same dropout masks
+        got = supernet(batch, path)
+        torch.manual_seed(0)
+        worst = (got - model(batch)).abs().max().item()
         assert worst <= 1e-5, (space.decode(path).to_json(), worst)
 
 
@@ -86,9 +90,11 @@ def test_unit_gates_change_nothing_and_carry_gradient(preset: str, spec: Feature
     space = small_space(preset)
     supernet = perturbed(Supernet(space, spec), 3)
     batch = tiny_batch(spec, 8)
-    path = supernet.widest_path(np.random.default_rng(4))
+    path = {**supernet.widest_path(np.random.default_rng(4)), "recipe.dropout": 0.0}  # no dropout draws
     gates = {label: torch.ones((), requires_grad=True) for label in space.choices}
+    torch.manual_seed(0)  # training mode: both draw the same dropout masks
     logits = supernet(batch, path, gates)
+    torch.manual_seed(0)
     torch.testing.assert_close(logits, supernet(batch, path))
     logits.square().sum().backward()
     decides = {"nasrec": ["b0.flat", "b0.width", "b1.in0"], "engineer": ["depth", "L0.op", "top.layers"]}[preset]
@@ -99,10 +105,14 @@ def test_unit_gates_change_nothing_and_carry_gradient(preset: str, spec: Feature
 def test_extract_accepts_an_architecture_and_rejects_foreign_ones(spec: FeatureSpec) -> None:
     space = small_space("nasrec")
     supernet = perturbed(Supernet(space, spec), 4)
-    path = space.sample(np.random.default_rng(5))
+    path = {**space.sample(np.random.default_rng(5)), "recipe.dropout": 0.0}  # no dropout draws
     arch = space.decode(path)
     batch = tiny_batch(spec, 4)
-    torch.testing.assert_close(supernet.extract(arch)(batch), supernet(batch, path), rtol=0, atol=1e-6)
+    model = supernet.extract(arch)
+    torch.manual_seed(0)  # training mode: both draw the same dropout masks
+    want = supernet(batch, path)
+    torch.manual_seed(0)
+    torch.testing.assert_close(model(batch), want, rtol=0, atol=1e-6)
     foreign = get_space("engineer", embedding_dim=4).decode(get_space("engineer", embedding_dim=4).sample(
         np.random.default_rng(0)))
     with pytest.raises(ValueError, match="not in space"):
