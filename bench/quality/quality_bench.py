@@ -207,7 +207,6 @@ class Bench:
     def ranking(self, data: str, seed: int) -> None:
         """The supernet ranking of ``data`` and ``seed`` (:func:`bench.quality.supernet_ranking.one_run`)."""
         import torch
-        import yaml
 
         from rankitect.config import load_config
 
@@ -216,16 +215,15 @@ class Bench:
             return
         quick = overrides(supernet_ranking.QUICK) if self.args.quick else {}  # its own smoke-run training
         opts = {**self.extra, **quick, **self.data_opts(data), "train.progress": "false"}  # the searches' data
-        settings = overrides(supernet_ranking.QUICK_DNAS if self.args.quick else [])
-        dnas = {k: yaml.safe_load(v) for k, v in settings.items()}
-        cfg = load_config(overrides=[f"{k}={v}" for k, v in opts.items()])
+        dnas = [f"search.dnas.{item}" for item in (supernet_ranking.QUICK_DNAS if self.args.quick else [])]
+        cfg = load_config(overrides=[*(f"{k}={v}" for k, v in opts.items()), *dnas])
         how = argparse.Namespace(start=self.args.ranking_start, archs=self.args.ranking_archs, supernet="dnas",
                                  verbose=False)
         print(f"{key}: supernet ranking over {how.archs} architectures", flush=True)
         threads = torch.get_num_threads()
         torch.set_num_threads(int(self.extra.get("runtime.threads", 0)) or threads)
         try:
-            result = supernet_ranking.one_run(cfg, how, seed, dnas)
+            result = supernet_ranking.one_run(cfg, how, seed)
         finally:
             torch.set_num_threads(threads)
         self.results.put("ranking", key, _clean({"data": label(data), "seed": seed, **result}))
