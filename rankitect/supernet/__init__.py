@@ -8,7 +8,7 @@ Below ``search`` (whose ``oneshot`` and ``dnas`` proposers train it), above ``sp
   (:mod:`~rankitect.supernet.stem`);
 * :mod:`~rankitect.supernet.layout`, :mod:`~rankitect.supernet.presets`: where each choice of a
   preset sits in the supernet;
-* :mod:`~rankitect.supernet.shared`, :mod:`~rankitect.supernet.slicing`: shared widest blocks and
+* :mod:`~rankitect.supernet.widest`, :mod:`~rankitect.supernet.slicing`: shared widest blocks and
   how a narrower block's weights are cut from them;
 * :mod:`~rankitect.supernet.memory`: what training the supernet holds in memory, before it is built;
 * :mod:`~rankitect.supernet.train`: training it on paths, scoring a path, saving it;

@@ -61,7 +61,7 @@ from rankitect.space.recipe_space import PREFIX
 from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
-from rankitect.supernet.shared import SharedBlock, SupernetHead, Value, offset_of, units_of
+from rankitect.supernet.widest import SharedBlock, SupernetHead, Value, offset_of, units_of
 from rankitect.supernet.slicing import Params, Take, flat_positions, pick, slice_block
 from rankitect.supernet.stem import has_head_norms, path_fields, recipe_gates, stem_flops, stem_state, table_widths
 from rankitect.supernet.steps import GeneStep, MixedOp, PathPlan, scale

@@ -19,7 +19,7 @@ from rankitect.blocks.base import Block
 from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import Head, InputAdapter
 from rankitect.supernet.layout import Role
-from rankitect.supernet.shared import SharedBlock
+from rankitect.supernet.widest import SharedBlock
 from rankitect.supernet.slicing import InPos, Params, Take, linear, pick, slice_block
 
 

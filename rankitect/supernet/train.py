@@ -222,7 +222,7 @@ class SupernetTrainer:
         supernet: the model whose weights are trained.
         cfg: learning rates and weight decay (those of candidate training).
         ctr: the training click rate; ``ne`` divides the loss by its entropy, and the supernet's
-            output layers start at its log-odds (:meth:`~rankitect.supernet.shared.SupernetHead.start_at`).
+            output layers start at its log-odds (:meth:`~rankitect.supernet.widest.SupernetHead.start_at`).
         max_ne: batch NE above which a path takes no step.
         max_grad_norm: global gradient norm a step is clipped to.
         patience: consecutive skipped steps after which training counts as diverged.
