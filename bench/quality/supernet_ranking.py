@@ -96,7 +96,7 @@ def train_supernet_for(kind: str, space: Any, data: Any, cfg: Any, start: Any, s
     from rankitect.supernet.dnas_phase import dnas_search
     from rankitect.eval.objective import Objective
     from rankitect.supernet.oneshot_phase import train_supernet
-    from rankitect.supernet.ranking import RankCheck
+    from rankitect.supernet.rank_check import RankCheck
     from rankitect.supernet.train import build_supernet
 
     supernet = build_supernet(space, data.spec, seed)

@@ -8,7 +8,7 @@ passes); ``val`` on validation batches. The phase is sized to the data (:func:`d
 most ``supernet.epochs`` passes over the train split (``auto``, the default: as many as the baselines took
 to their best validation, :func:`auto_epochs`), and it stops once the most probable architecture
 has held for ``stable_steps`` architecture steps (:class:`Stability`), or, with ``stop: ranking``,
-once the supernet's order of its probe paths holds (:mod:`rankitect.supernet.ranking`). It starts
+once the supernet's order of its probe paths holds (:mod:`rankitect.supernet.rank_check`). It starts
 around the best trained baseline the space holds (``start_logit`` more per choice), as the sampling
 strategies start from the baselines. The entropy of every choice, the expected MFLOPs and the
 temperature are logged as curves in batches.
@@ -37,7 +37,7 @@ from rankitect.eval.objective import Objective
 from rankitect.supernet.dnas_step import ArchStep
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
 from rankitect.supernet.model import Supernet
-from rankitect.supernet.ranking import RankCheck, probe_check
+from rankitect.supernet.rank_check import RankCheck, probe_check
 from rankitect.supernet.train import CurveLogger, SupernetTrainer, batches, set_bucket_edges, supernet_schedule
 from rankitect.train.protocol import deadline_passed
 
@@ -183,7 +183,7 @@ class DnasOutcome:
     Args:
         weights: the trained architecture weights (their most probable paths are its choice).
         check: the supernet's ranking of the trained baselines it holds and of changes of the
-            start (:func:`~rankitect.supernet.ranking.probe_check`); ``None`` with fewer than two probes.
+            start (:func:`~rankitect.supernet.rank_check.probe_check`); ``None`` with fewer than two probes.
     """
 
     weights: ArchitectureWeights

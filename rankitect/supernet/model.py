@@ -62,7 +62,7 @@ from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
 from rankitect.supernet.widest import SharedBlock, SupernetHead, Value, offset_of, units_of
-from rankitect.supernet.slicing import Params, Take, flat_positions, pick, slice_block
+from rankitect.supernet.cut import Params, Take, flat_positions, pick, slice_block
 from rankitect.supernet.stem import has_head_norms, path_fields, recipe_gates, stem_flops, stem_state, table_widths
 from rankitect.supernet.steps import GeneStep, MixedOp, PathPlan, scale
 
@@ -278,7 +278,7 @@ class Supernet(nn.Module):
         """Logits ``(B,)`` of the architecture ``decode(path)`` with weights cut from the supernet.
 
         ``gates`` scale what each label decides (DNAS); ``take(t, *index)`` cuts each weight (default
-        :func:`~rankitect.supernet.slicing.pick`, differentiable into the supernet's weights).
+        :func:`~rankitect.supernet.cut.pick`, differentiable into the supernet's weights).
         """
         plan = self.plan(path)
         if not self.training:

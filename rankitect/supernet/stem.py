@@ -21,7 +21,7 @@ from rankitect.space.embedding import SparseEmbedding
 from rankitect.space.recipe import Recipe
 from rankitect.space.recipe_space import PREFIX
 from rankitect.space.space import SearchSpace
-from rankitect.supernet.slicing import Params, Take, pick
+from rankitect.supernet.cut import Params, Take, pick
 
 
 def table_widths(space: SearchSpace, dim: int) -> tuple[int, set[str]]:

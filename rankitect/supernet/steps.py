@@ -20,7 +20,7 @@ from rankitect.space.architecture import Architecture, InputRef
 from rankitect.space.builder import Head, InputAdapter
 from rankitect.supernet.layout import Role
 from rankitect.supernet.widest import SharedBlock
-from rankitect.supernet.slicing import InPos, Params, Take, linear, pick, slice_block
+from rankitect.supernet.cut import InPos, Params, Take, linear, pick, slice_block
 
 
 class MixedOp(nn.Module):

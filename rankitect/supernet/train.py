@@ -25,7 +25,7 @@ from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator, entropy
 from rankitect.supernet.model import Supernet
 from rankitect.supernet.memory import SupernetMemory, estimate_supernet_memory, physical_memory
-from rankitect.supernet.slicing import Index, pick
+from rankitect.supernet.cut import Index, pick
 from rankitect.blocks.buckets import unset_buckets
 from rankitect.train.loop import BatchStream, edge_rows
 from rankitect.train.task import split_parameters

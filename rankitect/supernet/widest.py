@@ -17,7 +17,7 @@ from torch import nn
 from rankitect.blocks.base import FIELD, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear
 from rankitect.supernet.layout import HeadSite, Segments, Site
-from rankitect.supernet.slicing import InPos, Params, Take, flat_positions, linear, pick, widest_params
+from rankitect.supernet.cut import InPos, Params, Take, flat_positions, linear, pick, widest_params
 from rankitect.train.loop import base_rate_logit
 
 Shape = tuple[int, ...]

@@ -17,7 +17,7 @@ from rankitect.search.strategies.dnas import DnasSearch
 from rankitect.eval.objective import Objective
 from rankitect.supernet.dnas_phase import dnas_search
 from rankitect.supernet.dnas_weights import ArchitectureWeights
-from rankitect.supernet.ranking import RankCheck, probe_check
+from rankitect.supernet.rank_check import RankCheck, probe_check
 from rankitect.supernet.train import build_supernet, evaluate_path
 from tests.search.test_dnas import _NoTracker
 from tests.supernet.test_dnas_phase import TRAIN, _Steps, three_slots
@@ -96,7 +96,7 @@ def test_dnas_hands_over_to_retraining_where_the_supernet_cannot_rank(data: Clic
         for i, a in enumerate(weights.logits):
             a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(i)))
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
-    monkeypatch.setattr("rankitect.supernet.ranking._tau", lambda scores, other: tau)
+    monkeypatch.setattr("rankitect.supernet.rank_check._tau", lambda scores, other: tau)
     lines: list[str] = []
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
                             tracker=_NoTracker(), parent_run_id="parent", echo=lines.append)

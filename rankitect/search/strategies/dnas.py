@@ -30,7 +30,7 @@ from rankitect.search.surrogate import Guide, Guided
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.dnas_phase import dnas_phase
 from rankitect.supernet.dnas_weights import ArchitectureWeights
-from rankitect.supernet.ranking import RankCheck
+from rankitect.supernet.rank_check import RankCheck
 
 
 @register_strategy("dnas")
