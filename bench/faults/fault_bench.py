@@ -91,7 +91,7 @@ def kills(env: dict[str, str], work: Path, n: int, trials: int, seed: int) -> di
 def together(env: dict[str, str], work: Path, storage: str, processes: int, trials: int) -> dict[str, object]:
     """``processes`` searches released at once on the fresh ``storage``."""
     from rankitect.search._optuna import counts
-    from rankitect.search.shared import load_shared_study
+    from rankitect.search.shared_study import load_shared_study
     from tests.search.together import start_together
 
     argv = ["search", "--strategy", "random", "--trials", str(trials), "--storage", storage, "--study-name", "s",

@@ -55,7 +55,7 @@ class BaselinePhase:
 
     def _resolve(self, bases: list[TrialRecord]) -> None:
         """Resolve the ``auto`` (or ``cheapest``) target and first rung from ``bases``; with shared
-        storage the owner publishes them (:meth:`~rankitect.search.shared.SharedStudy.publish_view`)
+        storage the owner publishes them (:meth:`~rankitect.search.shared_study.SharedStudy.publish_view`)
         for every other process."""
         rule, min_gain_se = self.search.target_mflops, self.search.min_gain_se
         if rule in TARGET_RULES:

@@ -79,7 +79,7 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
     if "fill" in accepted:  # a supernet's choice first, then more until search.trials are trained (or time is up)
         options["fill"] = cfg.trials
     if cfg.storage is not None and "shared" in accepted:
-        from rankitect.search.shared import SharedStudy
+        from rankitect.search.shared_study import SharedStudy
 
         options.update(shared=SharedStudy(cfg.storage, cfg.study_name))
     return options

@@ -4,7 +4,7 @@ A finished trial is written to the checkpoint first, then logged as a child run 
 parent run, then the checkpoint is written again with the run's id (see
 :mod:`rankitect.search.checkpoint`); :meth:`Recorder.reconcile` logs, on resume, the trials a kill
 left between the two writes. With shared storage every finished trial is also shared with the
-other processes (:mod:`rankitect.search.shared`), and :meth:`Recorder.all_trials` reads theirs back.
+other processes (:mod:`rankitect.search.shared_study`), and :meth:`Recorder.all_trials` reads theirs back.
 After each trial the running best (:class:`~rankitect.search.standings.Standings`) says whose
 weights stay on their runs (:mod:`rankitect.search.kept`).
 """
@@ -23,7 +23,7 @@ from rankitect.search.base import STOPPED_TAG, Proposer
 from rankitect.search.budget import TimeBudget
 from rankitect.search.checkpoint import SearchState, TrialRecord, new_trial_id, save_state
 from rankitect.search.kept import KeptWeights
-from rankitect.search.shared import SharedStudy
+from rankitect.search.shared_study import SharedStudy
 from rankitect.search.standings import Standings
 from rankitect.search.trial import TrialOutput
 from rankitect.signals import Stopped

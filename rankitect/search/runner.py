@@ -5,7 +5,7 @@ what they decide (:mod:`rankitect.search.baseline_phase`), starts the strategy (
 :class:`~rankitect.search.base.Proposer` from the one registry; ``oneshot`` and ``dnas`` train their
 supernet here), then trains what it proposes until its budget (``search.trials``, or a supernet's
 ``top_k``) has finished, across every process sharing ``search.storage``
-(:mod:`rankitect.search.shared`), in this process or in a local pool of ``search.workers`` processes
+(:mod:`rankitect.search.shared_study`), in this process or in a local pool of ``search.workers`` processes
 (:mod:`rankitect.search.launch`). Every finished trial is recorded at once (checkpoint, child run,
 kept weights: :mod:`rankitect.search.record`); ``resume(run_id)`` continues a killed search exactly
 where its checkpoint stands (see :mod:`rankitect.search.checkpoint`). A candidate that fails becomes
@@ -41,11 +41,11 @@ from rankitect.search.factory import check_names, objective_from_config, strateg
 from rankitect.search.identity import check_identity, config_identity, search_identity
 from rankitect.search.kept import KeptWeights
 from rankitect.search.launch import Launcher
-from rankitect.search.plan import PlanProposer
+from rankitect.search.plan_proposer import PlanProposer
 from rankitect.search.progress import LineProgress
 from rankitect.search.record import Recorder, end_failed, open_parent
 from rankitect.search.selection import Pick
-from rankitect.search.shared import SharedStudy
+from rankitect.search.shared_study import SharedStudy
 from rankitect.search.standings import Standings, ValLosses
 from rankitect.track.names import CHECKPOINT as CHECKPOINT_TAG
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
@@ -114,7 +114,7 @@ class SearchRunner:
         check_warmup(cfg.train)
         self.guard = StopGuard()  # replaced by the installed one while ``run`` runs
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
-        # processes sharing search.storage coordinate through it (rankitect.search.shared)
+        # processes sharing search.storage coordinate through it (rankitect.search.shared_study)
         # (a storage without a study name is the strategy's config error, below)
         shared = cfg.search.storage is not None and cfg.search.study_name
         self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if shared else None

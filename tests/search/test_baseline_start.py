@@ -11,7 +11,7 @@ from rankitect.config import load_config
 from rankitect.eval.result import TrialResult
 from rankitect.search import build_strategy
 from rankitect.search import _optuna
-from rankitect.search.shared import takes_budget
+from rankitect.search.shared_study import takes_budget
 from rankitect.eval.objective import Objective
 from rankitect.search.runner import SearchRunner
 from rankitect.search.selection import Entrant, Pick

@@ -88,7 +88,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     def no_supernet(*args: object, **kwargs: object) -> None:
         raise AssertionError("a resumed search with a plan must not train a supernet")
 
-    monkeypatch.setattr("rankitect.search.plan.build_supernet", no_supernet)
+    monkeypatch.setattr("rankitect.search.plan_proposer.build_supernet", no_supernet)
     assert main(["search", "--resume", parent]) == 0
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
     retrained = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate"]

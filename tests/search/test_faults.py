@@ -89,7 +89,7 @@ def test_a_signal_during_a_trial_kills_it_and_resume_continues(env: dict[str, st
     killed = [r for r in _children(parent) if r.info.status == "KILLED"]
     assert [r.data.tags["genotype_hash"] for r in killed] == [calls[1]]
     from rankitect.search._optuna import STOPPED_ATTR, counts
-    from rankitect.search.shared import load_shared_study
+    from rankitect.search.shared_study import load_shared_study
 
     trials = load_shared_study(storage, "s").get_trials()
     assert [t.user_attrs["genotype_hash"] for t in trials if STOPPED_ATTR in t.user_attrs] == [calls[1]]

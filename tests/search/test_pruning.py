@@ -215,7 +215,7 @@ def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(
     if shared:  # the rung study lives in the shared storage; the pruned proposal holds no slot
         import optuna
 
-        from rankitect.search.shared import shared_trial_count
+        from rankitect.search.shared_study import shared_trial_count
 
         rungs = optuna.load_study(study_name="s.rungs", storage=storage).get_trials()
         assert len(rungs) == 4 and all(1 in t.intermediate_values for t in rungs)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rankitect.search import build_strategy
-from rankitect.search.shared import SharedStudy
+from rankitect.search.shared_study import SharedStudy
 from tests.search.toy import ToySpace, toy_result
 
 
@@ -95,7 +95,7 @@ def test_a_proposal_past_the_shared_budget_is_failed_and_never_counted(storage, 
     """Two processes with the last trial of the budget in sight both propose: the earlier
     proposal keeps the slot, the later one is marked over budget, failed, and counts nowhere."""
     from rankitect.search._optuna import OVER_BUDGET_ATTR, import_optuna
-    from rankitect.search.shared import claim_budget, shared_trial_count
+    from rankitect.search.shared_study import claim_budget, shared_trial_count
 
     study_name = f"budget-{name}"
     first = build_strategy(name, ToySpace(), seed=0, shared=SharedStudy(storage, study_name))

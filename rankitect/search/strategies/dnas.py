@@ -25,7 +25,7 @@ from rankitect.config import DnasConfig, SurrogateConfig
 from rankitect.eval.objective import Objective, at_most
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import SearchContext, Space, SpaceExhausted, register_strategy
-from rankitect.search.plan import PlanProposer
+from rankitect.search.plan_proposer import PlanProposer
 from rankitect.search.surrogate import Guide, Guided
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.dnas_phase import dnas_phase
@@ -56,7 +56,7 @@ class DnasSearch(Guided, PlanProposer):
     the best-ranked of the origin's first ``candidates`` untried ones (in the weights' order), by a
     surrogate fitted on every trained model, baselines and pruned changes included.
 
-    Takes the options of :class:`~rankitect.search.plan.PlanProposer`; ``config`` is the
+    Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
     """
 

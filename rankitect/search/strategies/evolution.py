@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rankitect.eval.objective import Objective
 from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.history import Record, make_history
-from rankitect.search.shared import SharedStudy
+from rankitect.search.shared_study import SharedStudy
 from rankitect.search.strategies.random import GuidedHistory, draw_new
 from rankitect.search.surrogate import Guide
 
@@ -54,7 +54,7 @@ class RegularizedEvolution(GuidedHistory, Strategy):
         num_mutations: choices changed per mutation.
         max_retries: rejected children (or random samples) per ask before giving up.
         shared: share history and population with other processes through this study (see
-            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared`).
+            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared_study`).
         surrogate: ``search.surrogate``: rank ``candidates`` children (or samples) per ask (None or
             disabled: one).
     """

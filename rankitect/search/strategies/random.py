@@ -13,7 +13,7 @@ from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
 from rankitect.search.history import make_history, observe
-from rankitect.search.shared import SharedStudy
+from rankitect.search.shared_study import SharedStudy
 from rankitect.search.surrogate import Guide, Guided
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class RandomSearch(GuidedHistory, Strategy):
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         max_retries: samples drawn per ask before giving up with ``SpaceExhausted``.
         shared: share the history with other processes through this study (see
-            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared`).
+            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared_study`).
         surrogate: ``search.surrogate``: rank ``candidates`` samples per ask (None or disabled: one).
     """
 
