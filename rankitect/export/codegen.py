@@ -2,8 +2,8 @@
 
 Design: the block code is the blocks' own source (:mod:`rankitect.export.bundle` copies the
 modules of the block classes an architecture uses, a user's registered blocks included, with the
-builder's ``InputAdapter`` and ``Head`` and :mod:`rankitect.export.runtime`), so an exported model
-runs exactly the code that was trained, and there is no second copy to keep equal. Blocks import
+builder's ``InputAdapter`` and ``Head`` and :mod:`rankitect.export.bundled_runtime`), so an exported
+model runs exactly the code that was trained, and there is no second copy to keep equal. Blocks import
 only torch and the standard library, which is what makes that possible; ``tests/export`` runs an
 exported file in a process where rankitect cannot be imported.
 
@@ -21,7 +21,7 @@ import math
 
 from rankitect.blocks.base import BLOCKS
 from rankitect.data.spec import FeatureSpec
-import rankitect.export.runtime as runtime
+import rankitect.export.bundled_runtime as bundled_runtime
 from rankitect.export.bundle import ALLOWED_IMPORTS, bundle
 from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
 from rankitect.space import builder
@@ -62,10 +62,11 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     ['x0 = self.blocks[0](*self.adapters[0]([dense]))  # mlp -> (B, 8)']
     """
     plan = make_plan(arch, spec)
-    roots: list[object] = [builder._flat, builder._cat, builder.InputAdapter, builder.Head, runtime.RowScorer,
-                           runtime.read_safetensors, *(BLOCKS[g.op] for g in plan.genes)]
+    roots: list[object] = [builder._flat, builder._cat, builder.InputAdapter, builder.Head,
+                           bundled_runtime.RowScorer, bundled_runtime.read_safetensors,
+                           *(BLOCKS[g.op] for g in plan.genes)]
     if plan.uses_sparse:
-        roots.append(runtime.SparseEmbedding)
+        roots.append(bundled_runtime.SparseEmbedding)
     body = "\n\n\n".join([bundle(roots, HEADER), _model_class(plan), LOAD_SOURCE])
     source = f"{_module_docstring(plan)}\n{body}\n"
     audit_source(source)

@@ -1,6 +1,6 @@
 """The feature preprocessing of a data set, written beside an export as ``preprocess.json``.
 
-It tells the exported ``model.py`` (:class:`~rankitect.export.runtime.RowScorer`) how a
+It tells the exported ``model.py`` (:class:`~rankitect.export.bundled_runtime.RowScorer`) how a
 raw row becomes the model's inputs, with the readers' own rules:
 
 * tabular (CSV / parquet): dense missing -> 0, then ``sign(x) log(1 + |x|)`` (the schema's

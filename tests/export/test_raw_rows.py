@@ -114,7 +114,7 @@ def _exported_state(out: Path, spec: object) -> dict[str, torch.Tensor]:
 def test_model_py_hash_is_pandas_hash() -> None:
     """The pure-Python SipHash-2-4 of model.py against pandas' C one (what the readers use)."""
     from rankitect.data.hashing import hash_strings
-    from rankitect.export.runtime import hash_value
+    from rankitect.export.bundled_runtime import hash_value
 
     values = ["", "a", "Lyon", "68fd1e64", "x" * 7, "y" * 8, "z" * 9, "ünïcødé", "long value " * 20]
     for salt in (1, 7, 26):
