@@ -164,7 +164,7 @@ def _start_group(runner: str, pids: Path) -> tuple[subprocess.Popen, int, int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_ui_server_group_is_stopped_on_sigterm_and_sigint(tmp_path: Path, sig: int) -> None:
     pids = tmp_path / "pids"
-    runner = ("import sys; from rankitect.track.store import serve_ui; "
+    runner = ("import sys; from rankitect.track.location import serve_ui; "
               f"sys.exit(serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
     proc, server, worker = _start_group(runner, pids)
     os.kill(proc.pid, sig)  # the command alone, as a service manager or Ctrl-C in a terminal would

@@ -35,7 +35,7 @@ def add_commands(sub: Any) -> None:
 
 def cmd_finetune(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.data import open_data
-    from rankitect.track.store import store_args
+    from rankitect.track.location import store_args
 
     set_threads(cfg)
     tracker = open_tracker(cfg)

@@ -92,7 +92,7 @@ def _log_winner_model(runner: Any, outcome: Any) -> None:
 
 def _print_outcome(outcome: Any, runner: Any) -> None:
     from rankitect.eval.pareto import front_note, verdict
-    from rankitect.track.store import store_args
+    from rankitect.track.location import store_args
 
     cols = ["name", "kind", "status", "val_ne", "test_ne", "test_auc", "mflops", "params", "objective", "on_front", "winner"]
     print()

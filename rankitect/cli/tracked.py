@@ -18,7 +18,7 @@ def open_tracker(cfg: Config) -> Any:
     """The tracker of ``cfg.track``; a SQLite store that does not exist is an error naming it
     (reading commands never create an empty store)."""
     from rankitect.track import Tracker, resolve_uri
-    from rankitect.track.store import store_exists
+    from rankitect.track.location import store_exists
 
     uri = resolve_uri(cfg.track.uri)
     if not store_exists(uri):

@@ -31,7 +31,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.space.flops import cost
     from rankitect.track import Tracker
     from rankitect.track.names import COMMAND
-    from rankitect.track.store import store_args
+    from rankitect.track.location import store_args
     from rankitect.train.loop import train_architecture
     from rankitect.train.task import TrialDiverged
 

@@ -2,7 +2,7 @@
 
 The store must exist (``ui`` creates none) and the port must be free (a port in use is an error
 naming it, not the other server's page). The server runs in a process group of its own that ends
-with the command however the command ends (:func:`~rankitect.track.store.serve_ui`). Without
+with the command however the command ends (:func:`~rankitect.track.location.serve_ui`). Without
 ``-v`` the server prints errors only: no request log, no third-party warnings.
 """
 
@@ -30,7 +30,7 @@ def cmd_ui(args: argparse.Namespace, cfg: Config) -> int:
     from rankitect.cli.tracked import open_tracker
     from rankitect.errors import UserError
     from rankitect.track import ui_command
-    from rankitect.track.store import check_port, serve_ui
+    from rankitect.track.location import check_port, serve_ui
     from rankitect.verbosity import QUIET_ENV
 
     try:

@@ -93,7 +93,7 @@ class BaselinePhase:
         """What the owner resolved from the baselines, waiting while it trains them; None when this
         process's time budget runs out first (it then resolves from what is there). A search whose
         parent run has ended before that (its owner stopped) is an error saying how to go on."""
-        from rankitect.track.store import store_args
+        from rankitect.track.location import store_args
 
         shared, tracker, parent_run_id = self.shared, self.recorder.tracker, self.recorder.state.parent_run_id
         view, delay, said = shared.view(), 0.2, False

@@ -82,7 +82,7 @@ def searches_root(cfg: Config, uri: str) -> Path:
 def check_paths(cfg: Config) -> None:
     """Refuse a run store or search folder that cannot be written (a ``UserError`` naming the key
     and the path), before any data is read or any run opened."""
-    from rankitect.track.store import SQLITE, resolve_uri
+    from rankitect.track.location import SQLITE, resolve_uri
 
     uri = resolve_uri(cfg.track.uri)
     if uri.startswith(SQLITE) and ":memory:" not in uri:
@@ -219,7 +219,7 @@ class SearchRunner:
         """Run the search to its end; SIGTERM or SIGINT stop it cleanly (see
         :meth:`~rankitect.search.record.Recorder.stop`) and raise :class:`~rankitect.signals.Stopped`
         (exit status 128 + the signal)."""
-        from rankitect.track.store import store_args
+        from rankitect.track.location import store_args
 
         launcher = Launcher(self.cfg, self.data, self.out_dir, train_cfg=self.train_cfg, weights=self.recorder.weights,
                             budget=self.budget, progress=self.progress, running=self.recorder.running)

@@ -5,6 +5,6 @@
 
 from rankitect.config_rules import flatten
 from rankitect.track.mlflow_tracker import Tracker
-from rankitect.track.store import DEFAULT_URI, artifact_root, resolve_uri, ui_command
+from rankitect.track.location import DEFAULT_URI, artifact_root, resolve_uri, ui_command
 
 __all__ = ["DEFAULT_URI", "Tracker", "artifact_root", "flatten", "resolve_uri", "ui_command"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rankitect.track.names import EXPERIMENT_KIND, SEARCH, TEST_NE, VIEW_COLUMNS, VIEW_KEY, VIEW_TAG
-from rankitect.track.store import artifact_root, resolve_uri
+from rankitect.track.location import artifact_root, resolve_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

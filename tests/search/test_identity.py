@@ -172,7 +172,7 @@ def test_the_resume_hint_of_a_stopped_search_names_its_store(env: dict[str, str]
     said: list[str] = []
     uri = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"  # not the working directory's default store
     runner = SearchRunner(load_config(overrides=[*SYNTHETIC, f"track.uri={uri}"]), echo=said.append)
-    from rankitect.track.store import store_args
+    from rankitect.track.location import store_args
 
     said.append(runner.recorder.stop(Stopped(signal.SIGTERM), store_args(runner.tracker.uri), owner=runner.owner))
     assert said[-1].endswith(f"rankitect search --resume {runner.state.parent_run_id} track.uri={uri}"), said
