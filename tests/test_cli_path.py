@@ -194,8 +194,8 @@ def test_ui_server_group_ends_when_the_command_is_killed_with_sigkill(tmp_path: 
     """`kill -9` of the command runs no handler of its own: the group's leader sees its pipe close
     and stops the server, and the worker that ignores SIGTERM is killed after the grace period."""
     pids = tmp_path / "pids"
-    runner = ("import sys; from rankitect.track import store; store.STOP_GRACE_S = 1.0; "
-              f"sys.exit(store.serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
+    runner = ("import sys; from rankitect.track import location; location.STOP_GRACE_S = 1.0; "
+              f"sys.exit(location.serve_ui([sys.executable, '-c', {GROUP!r}, {str(pids)!r}], dict(__import__('os').environ)))")
     proc, server, worker = _start_group(runner, pids)
     group = os.getpgid(server)
     assert group != os.getpgid(proc.pid) and os.getpgid(worker) == group  # a process group of its own
@@ -229,7 +229,7 @@ def test_ui_is_quiet_unless_verbose(tmp_path: Path, monkeypatch, capsys, verbose
     """Without -v the server is started without its request log and with warnings off; with -v as is."""
     import socket
 
-    from rankitect.track import Tracker, store
+    from rankitect.track import Tracker, location
 
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     Tracker(uri)
@@ -237,7 +237,7 @@ def test_ui_is_quiet_unless_verbose(tmp_path: Path, monkeypatch, capsys, verbose
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started: list[tuple[list[str], dict[str, str]]] = []
-    monkeypatch.setattr(store, "serve_ui", lambda argv, env: started.append((argv, env)) or 0)
+    monkeypatch.setattr(location, "serve_ui", lambda argv, env: started.append((argv, env)) or 0)
     monkeypatch.delenv("PYTHONWARNINGS", raising=False)
     assert main(["ui", "--port", str(port), f"track.uri={uri}", *(["-v"] if verbose else [])]) == 0
     (argv, env), = started
