@@ -47,6 +47,17 @@ assert not any(m.split(".")[0] == "rankitect" for m in sys.modules)
 """
 
 
+def logits_outside_rankitect(tmp_path: Path, *dirs: str | Path) -> list[torch.Tensor]:
+    """Each export folder's ``model.py`` run by :data:`CHECK_SCRIPT` on its ``inputs.pt`` in an
+    interpreter where rankitect cannot be imported (the script checks that); the logits it wrote."""
+    (tmp_path / "check.py").write_text(CHECK_SCRIPT)
+    torch_dir = str(Path(torch.__file__).resolve().parent.parent)
+    run = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "check.py"), torch_dir, *map(str, dirs)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [torch.load(Path(d) / "logits.pt", weights_only=True) for d in dirs]
+
+
 def test_convert_state_dict_names_tables_by_field_position() -> None:
     spec = tiny_spec()
     model = perturbed_model(ALL_OPS, spec)
@@ -98,15 +109,7 @@ def test_export_loads_and_scores_in_a_process_without_rankitect(tmp_path: Path) 
         with torch.no_grad():
             expected.append(model(batch))
         dirs.append(str(out))
-    (tmp_path / "check.py").write_text(CHECK_SCRIPT)
-    torch_dir = str(Path(torch.__file__).resolve().parent.parent)
-    run = subprocess.run(
-        [sys.executable, "-I", "-S", str(tmp_path / "check.py"), torch_dir, *dirs],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    for d, want in zip(dirs, expected):
-        got = torch.load(Path(d) / "logits.pt", weights_only=True)
+    for got, want in zip(logits_outside_rankitect(tmp_path, *dirs), expected):
         assert got.shape == want.shape and (got - want).abs().max().item() <= 1e-6
 
 

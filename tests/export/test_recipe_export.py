@@ -8,8 +8,6 @@ rankitect cannot be imported: the logits are the trained model's in eval mode.
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from rankitect.space.testing import tiny_batch
 from rankitect.track.weights import save_weights
 from rankitect.train.loop import train_architecture
 from tests.export.conftest import assert_same_logits, exported_model, perturbed_model
-from tests.export.test_exporter import CHECK_SCRIPT
+from tests.export.test_exporter import logits_outside_rankitect
 from tests.search.tiny_data import tiny_click_data
 from tests.space.test_recipe import full_arch, mixed_spec
 
@@ -69,12 +67,7 @@ def test_trained_model_exported_from_its_files_reproduces_its_logits_without_ran
     assert Architecture.from_json((out / "genotype.json").read_text()) == arch
     batch = tiny_batch(data.spec, 9, seed=4)
     torch.save({"dense": batch.dense, "sparse_ids": batch.sparse_ids()}, out / "inputs.pt")
-    (tmp_path / "check.py").write_text(CHECK_SCRIPT)
-    torch_dir = str(Path(torch.__file__).resolve().parent.parent)
-    proc = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "check.py"), torch_dir, str(out)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    (got,) = logits_outside_rankitect(tmp_path, out)
     with torch.no_grad():
         want = model(batch)
-    got = torch.load(out / "logits.pt", weights_only=True)
     assert got.shape == want.shape and (got - want).abs().max().item() <= 1e-6

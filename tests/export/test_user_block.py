@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -26,7 +25,7 @@ from rankitect.export import read_state_dict
 from rankitect.space import Architecture, build_model
 from rankitect.space.architecture import BlockGene, HeadGene
 from rankitect.space.space import SPACES, Choice, SearchSpace, register_space
-from tests.export.test_exporter import CHECK_SCRIPT
+from tests.export.test_exporter import logits_outside_rankitect
 from tests.learnable import learnable_source
 
 MODULE = "tests.export.toy_block"
@@ -97,15 +96,9 @@ def test_a_user_block_is_searched_exported_and_scored_without_rankitect(
     batch = next(data.split("test").batches(32, shuffle=False))
     torch.save({"dense": batch.dense, "sparse_ids": batch.sparse_ids()}, out / "inputs.pt")
 
-    # model.py in an interpreter where rankitect cannot be imported (the script checks that).
-    (tmp_path / "check.py").write_text(CHECK_SCRIPT)
-    torch_dir = str(Path(torch.__file__).resolve().parent.parent)
-    run = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "check.py"), torch_dir, str(out)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    (got,) = logits_outside_rankitect(tmp_path, out)  # model.py where rankitect cannot be imported
     with torch.no_grad():
         expected = model.eval()(batch)
-    got = torch.load(out / "logits.pt", weights_only=True)
     assert got.shape == expected.shape == (32,)
     assert (got - expected).abs().max().item() <= 1e-6
     assert expected.std().item() > 0  # the logits depend on the rows: the comparison says something
