@@ -37,6 +37,7 @@ from bench.common import SHARED_DATA, parse_args
 from bench.plain import plain_model, plain_step
 from rankitect.config import TrainConfig, load_config
 from rankitect.data import open_data
+from rankitect.data.clickdata import epoch_batches
 from rankitect.eval.evaluate import evaluate
 from rankitect.space.baselines import get_baseline
 from rankitect.train.loop import train_architecture
@@ -59,7 +60,7 @@ def plain_twin(arch, data, cfg: TrainConfig, *, fixed_steps: int | None = None) 
     val = lambda: data.split("val").batches(cfg.batch_size, shuffle=False)  # noqa: E731
     best, best_state, bad, step = math.inf, None, 0, 0
     for epoch in range(cfg.max_epochs if fixed_steps is None else 10**6):
-        for batch in data.split("train").batches(cfg.batch_size, shuffle=True, seed=cfg.seed + epoch):
+        for batch in data.split("train").batches(cfg.batch_size, shuffle=True, seed=cfg.seed + epoch, merge_last=True):
             plain_step(model, opts, batch)
             step += 1
             if fixed_steps is not None and step >= fixed_steps:
@@ -100,7 +101,7 @@ def twins(args: argparse.Namespace) -> None:
                 c = replace(cfg, seed=seed)
                 out = train_architecture(arch, data, c)
                 ours.append(out.metrics["test/ne"])
-                epochs.append(out.steps / math.ceil(len(data.split("train")) / c.batch_size))
+                epochs.append(out.steps / epoch_batches(len(data.split("train")), c.batch_size))
                 twin.append(plain_twin(arch, data, c)["test_ne"])
                 if args.fixed_steps:
                     fixed.append(plain_twin(arch, data, c, fixed_steps=args.fixed_steps)["test_ne"])

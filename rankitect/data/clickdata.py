@@ -112,23 +112,42 @@ class Split:
 
     def batches(
         self, batch_size: int, *, shuffle: bool, seed: int | np.random.Generator | None = None,
-        drop_last: bool = False,
+        drop_last: bool = False, merge_last: bool = False,
     ) -> Iterator[Batch]:
         """Iterate the split in batches of ``batch_size`` rows.
 
         With ``shuffle`` the *requests* are permuted (by ``seed``; ``None`` draws fresh OS
         entropy), so the rows of a request stay contiguous and in order; a request may still be
         cut by a batch boundary. Without it the rows come in storage order. ``drop_last`` drops
-        a final batch smaller than ``batch_size``.
+        a final batch smaller than ``batch_size``; ``merge_last`` joins it to the batch before it
+        (when there is one), so no batch has fewer than ``batch_size`` rows and no row is left out:
+        how training passes are cut (see :func:`epoch_batches`).
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         n = len(self)
         order = self.row_order(seed) if shuffle else None
         stop = n - n % batch_size if drop_last else n
-        for i in range(0, stop, batch_size):
-            j = min(i + batch_size, n)
+        bounds = [*range(0, stop, batch_size), stop]
+        if merge_last and len(bounds) > 2 and stop % batch_size:
+            del bounds[-2]
+        for i, j in zip(bounds, bounds[1:]):
             yield self.take(slice(i, j) if order is None else order[i:j])
+
+
+def epoch_batches(rows: int, batch_size: int) -> int:
+    """The batches of one training pass over ``rows`` rows (at least one).
+
+    A training pass joins a final batch smaller than ``batch_size`` to the batch before it
+    (``Split.batches(..., merge_last=True)``). The loss is a mean over the batch, so a batch of a
+    few rows is a full optimizer step taken on those few examples' gradient. On a split of 159,745
+    rows at batch size 512, that was a batch of one row at the end of every epoch. It undid the
+    epoch's progress: the validation NE of DeepFM went from 0.90 before it to 1.10 after it.
+
+    >>> epoch_batches(1_050, 100), epoch_batches(1_000, 100), epoch_batches(60, 100)
+    (10, 10, 1)
+    """
+    return max(1, rows // batch_size)
 
 
 class ClickData:

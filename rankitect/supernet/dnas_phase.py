@@ -20,7 +20,6 @@ weights chose.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ from rankitect.config import DnasConfig, TrainConfig
 
 from rankitect.config_rules import check_section
 from rankitect.data.batch import Batch
+from rankitect.data.clickdata import epoch_batches
 from rankitect.eval.objective import Objective
 from rankitect.supernet.dnas_step import ArchStep
 from rankitect.supernet.dnas_weights import ArchitectureWeights, ExpectedFlops, tau_at
@@ -51,7 +51,7 @@ def dnas_schedule(cfg: DnasConfig, train_rows: int, batch_size: int) -> tuple[in
     >>> from rankitect.config import SupernetConfig
     >>> one_pass = DnasConfig(supernet=SupernetConfig(steps=300, epochs=1.0))
     >>> dnas_schedule(one_pass, 80_000, 512), dnas_schedule(one_pass, 10**6, 512)
-    ((157, 26), (300, 50))
+    ((156, 26), (300, 50))
     """
     epochs = 1.0 if cfg.supernet.epochs == "auto" else cfg.supernet.epochs
     return supernet_schedule(cfg.supernet.steps, cfg.weights_only_steps, epochs, train_rows, batch_size)
@@ -63,12 +63,12 @@ def auto_epochs(best_steps: list[int], train_rows: int, batch_size: int) -> floa
     epochs a supernet that sees each row once has learnt too little to rank paths by; on data whose
     models peak in their first epoch, one pass is what they need too.
 
-    >>> auto_epochs([3 * 157, 9 * 157, 5 * 157], 80_000, 512), auto_epochs([100], 80_000, 512), auto_epochs([], 10, 5)
+    >>> auto_epochs([3 * 156, 9 * 156, 5 * 156], 80_000, 512), auto_epochs([100], 80_000, 512), auto_epochs([], 10, 5)
     (5.0, 1.0, 1.0)
     """
     if not best_steps:
         return 1.0
-    return max(1.0, statistics.median(best_steps) / math.ceil(train_rows / batch_size))
+    return max(1.0, statistics.median(best_steps) / epoch_batches(train_rows, batch_size))
 
 
 def dnas_search(

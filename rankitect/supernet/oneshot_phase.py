@@ -42,7 +42,7 @@ def oneshot_schedule(cfg: OneShotConfig, train_rows: int, batch_size: int) -> tu
     training rows (:func:`~rankitect.supernet.train.supernet_schedule`).
 
     >>> oneshot_schedule(OneShotConfig(), 80_000, 512), oneshot_schedule(OneShotConfig(), 10**6, 512)
-    ((157, 52), (600, 200))
+    ((156, 52), (600, 200))
     """
     return supernet_schedule(cfg.supernet.steps, cfg.widest_decay_steps, cfg.supernet.epochs, train_rows, batch_size)
 

@@ -21,6 +21,7 @@ from torch.optim.adam import adam
 
 from rankitect.config import TrainConfig
 from rankitect.data.batch import Batch
+from rankitect.data.clickdata import epoch_batches
 from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator, entropy
 from rankitect.supernet.model import Supernet
@@ -76,9 +77,9 @@ def supernet_schedule(
     steps (``warmup_steps`` of ``max_steps``).
 
     >>> supernet_schedule(300, 50, 1.0, 80_000, 512), supernet_schedule(300, 50, 1.0, 10**6, 512)
-    ((157, 26), (300, 50))
+    ((156, 26), (300, 50))
     """
-    per_epoch = math.ceil(train_rows / batch_size)
+    per_epoch = epoch_batches(train_rows, batch_size)
     steps = max(1, min(max_steps, math.ceil(epochs * per_epoch)))
     return steps, warmup_steps * steps // max_steps
 

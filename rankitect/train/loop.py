@@ -49,8 +49,10 @@ class TrainResult:
 
 
 class BatchStream(IterableDataset):
-    """Batches of one split; every pass is a new shuffle (seed ``seed + pass``); ``repeat`` cycles
-    passes forever. An empty split is refused: a loop over it would never yield."""
+    """Training batches of one split; every pass is a new shuffle (seed ``seed + pass``); ``repeat``
+    cycles passes forever. A final batch smaller than ``batch_size`` joins the one before it
+    (:func:`~rankitect.data.clickdata.epoch_batches` says why). An empty split is refused: a loop
+    over it would never yield."""
 
     def __init__(self, split: Any, batch_size: int, *, shuffle: bool, seed: int, repeat: bool) -> None:
         super().__init__()
@@ -63,7 +65,7 @@ class BatchStream(IterableDataset):
         while True:
             seed = self.seed + self.passes
             self.passes += 1
-            yield from self.split.batches(self.batch_size, shuffle=self.shuffle, seed=seed)
+            yield from self.split.batches(self.batch_size, shuffle=self.shuffle, seed=seed, merge_last=True)
             if not self.repeat:
                 return
 

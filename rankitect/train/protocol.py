@@ -22,9 +22,9 @@ then rises above it is overfitting, not diverging: early stopping ends it and it
 
 >>> from rankitect.config import TrainConfig
 >>> cfg = TrainConfig(batch_size=100, max_epochs=3)
->>> plan = Schedule.of(cfg, train_rows=1_050, val_rows=200)   # 11 batches an epoch
+>>> plan = Schedule.of(cfg, train_rows=1_050, val_rows=200)   # 10 batches an epoch, the last of 150 rows
 >>> plan.epoch_steps, plan.total_steps, plan.interval
-(11, 33, 11)
+(10, 30, 10)
 >>> Schedule.of(TrainConfig(batch_size=100, max_epochs=3, steps=20), 1_050, 200).total_steps
 20
 """
@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from rankitect.config import TrainConfig
+from rankitect.data.clickdata import epoch_batches
 from rankitect.errors import ConfigError
 from rankitect.eval.evaluate import accumulate
 from rankitect.train.task import TrialDiverged, TrialPruned
@@ -85,7 +86,7 @@ class Schedule:
     def of(cls, cfg: TrainConfig, train_rows: int, val_rows: int) -> Schedule:
         if train_rows < 1 or val_rows < 1:
             raise ValueError(f"training needs rows in the train and validation splits, got {train_rows} and {val_rows}")
-        epoch = math.ceil(train_rows / cfg.batch_size)
+        epoch = epoch_batches(train_rows, cfg.batch_size)
         total = epoch * cfg.max_epochs if cfg.steps is None else min(cfg.steps, epoch * cfg.max_epochs)
         interval = cfg.val_every or validation_interval(epoch, math.ceil(val_rows / cfg.batch_size))
         return cls(epoch_steps=epoch, total_steps=total, interval=max(1, min(interval, total)))

@@ -96,6 +96,24 @@ def test_batches_in_order(data) -> None:
     assert len(list(d.split("train").batches(32, shuffle=False, drop_last=True))) == n // 32
 
 
+def test_merge_last_joins_a_short_final_batch_to_the_one_before(data) -> None:
+    d, r = data
+    n = len(r["labels"])
+    for size in (32, 7, n - 1, n, n + 5):
+        naive = [r["sparse"][i:i + size, 1] for i in range(0, n, size)]  # plain slicing
+        if len(naive) > 1 and len(naive[-1]) < size:
+            naive[-2:] = [np.concatenate(naive[-2:])]
+        merged = list(d.split("train").batches(size, shuffle=False, merge_last=True))
+        assert [len(b) for b in merged] == [len(x) for x in naive]
+        for got, want in zip(merged, naive):
+            np.testing.assert_array_equal(got.sparse["s"].values().numpy(), want)
+        assert all(len(b) >= size for b in merged) or len(merged) == 1
+    shuffled = list(d.split("train").batches(7, shuffle=True, seed=3, merge_last=True))
+    rows = np.concatenate([b.sparse["s"].values().numpy() for b in shuffled])
+    assert sorted(rows.tolist()) == sorted(r["sparse"][:, 1].tolist())  # every row once
+    assert min(len(b) for b in shuffled) >= 7 and len(shuffled) == n // 7
+
+
 def test_shuffle_permutes_requests_not_rows(data) -> None:
     d, r = data
     tr = d.split("train")

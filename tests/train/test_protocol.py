@@ -168,12 +168,23 @@ def test_report_gets_the_best_validation_so_far(data, monkeypatch: pytest.Monkey
 
 def test_schedule_matches_the_textbook_counts() -> None:
     cfg = TrainConfig(batch_size=512, max_epochs=20)
-    small = Schedule.of(cfg, 80_000, 10_000)  # 157 steps an epoch: validate every epoch
-    assert (small.epoch_steps, small.total_steps, small.interval) == (157, 3140, 157)
+    small = Schedule.of(cfg, 80_000, 10_000)  # 156 steps an epoch (the last of 128 + 512 rows): validate every epoch
+    assert (small.epoch_steps, small.total_steps, small.interval) == (156, 3120, 156)
     big = Schedule.of(cfg, 40_000_000, 5_000_000)  # 78,125 steps, 9,766 validation batches
     assert big.epoch_steps == 78_125 and big.interval == 2 * 9_766
     assert validation_interval(10_000, 10) == 2_000
     assert Schedule.of(replace(cfg, val_every=50), 80_000, 10_000).interval == 50
+
+
+def test_a_training_pass_has_as_many_batches_as_the_schedule_counts_and_none_short(tmp_path) -> None:
+    from rankitect.train.loop import BatchStream
+
+    data = tiny_click_data(tmp_path / "odd", rows=1_200)  # a train split that batches of 64 do not divide
+    train = data.split("train")
+    assert len(train) % BATCH  # the case at stake: a short final batch to merge
+    sizes = [len(b) for b in BatchStream(train, BATCH, shuffle=True, seed=0, repeat=False)]
+    assert sum(sizes) == len(train) and min(sizes) >= BATCH
+    assert len(sizes) == Schedule.of(_cfg(), len(train), 100).epoch_steps == len(train) // BATCH
 
 
 def test_defaults_are_the_protocol() -> None:
