@@ -63,7 +63,7 @@ class TrainConfig:
     max_epochs: int = 20  # passes over the training split at most
     steps: int | None = None  # optional cap on training steps (batches); None: max_epochs decides
     patience: int = 2  # validations without a better validation NE before stopping; 0 = never stop early
-    batch_size: int = 512  # rows per training, validation and test batch
+    batch_size: int = 512  # rows per training, validation and test batch (a training pass joins a shorter last batch to the one before it)
     lr_dense: float = 1e-3  # Adam, dense parameters
     lr_sparse: float = 0.05  # row-wise Adagrad, embedding tables
     weight_decay: float = 0.0  # of the dense parameters
