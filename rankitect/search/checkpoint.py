@@ -111,6 +111,10 @@ def load_state(path: Path) -> SearchState:
         return SearchState.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise UserError(f"{path}: not a readable search checkpoint ({e})") from None
+    except UserError as e:  # another version
+        raise UserError(f"{path}: {e}") from None
+    except RecursionError:  # the JSON parser's own limit on nesting
+        raise UserError(f"{path}: not a readable search checkpoint (JSON nested too deep)") from None
 
 
 def new_trial_id() -> str:
