@@ -262,7 +262,7 @@ def test_search_stops_once_the_most_probable_architecture_holds(data: ClickData)
 
 
 def test_schedule_runs_at_most_the_epochs_asked() -> None:
-    per_epoch = -(-10_000 // 64)  # ceil
+    per_epoch = 10_000 // 64  # whole batches: the rows left over join the last one
     assert dnas_schedule(DnasConfig(supernet=SupernetConfig(steps=10**6, epochs=2.0), weights_only_steps=100),
                          10_000, 64) == (
         2 * per_epoch, 100 * 2 * per_epoch // 10**6)
@@ -287,7 +287,7 @@ def test_auto_epochs_is_the_median_of_the_baselines_epochs_to_their_best() -> No
     rng = np.random.default_rng(0)
     for _ in range(20):
         rows, batch = int(rng.integers(100, 10_000)), int(rng.integers(8, 512))
-        per_epoch = -(-rows // batch)
+        per_epoch = max(1, rows // batch)  # the rows left over join the last batch
         steps = [int(s) for s in rng.integers(1, 20 * per_epoch, size=int(rng.integers(1, 7)))]
         assert auto_epochs(steps, rows, batch) == pytest.approx(max(1.0, float(np.median(np.array(steps) / per_epoch))))
     assert auto_epochs([], 1000, 10) == 1.0
