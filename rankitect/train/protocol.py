@@ -2,8 +2,9 @@
 
 A model trains for at most ``train.max_epochs`` passes over the training split (``train.steps``, when
 set, caps the batches; a pass is cut into batches of ``train.batch_size`` rows, a shorter last batch
-joined to the one before it: :func:`~rankitect.data.clickdata.epoch_batches`), is validated on the whole validation split at the end of every epoch (on
-large data every :func:`validation_interval` steps instead), stops once ``train.patience``
+joined to the one before it: :func:`~rankitect.data.clickdata.epoch_batches`), is validated on the
+whole validation split at the end of every epoch (on large data every :func:`validation_interval`
+steps instead), stops once ``train.patience``
 validations in a row brought no better validation NE, and gets back the weights of its best
 validation before it is tested. The per-example validation losses of that best validation are kept
 too (:attr:`Protocol.best_losses`): a search compares two models on the same rows with them (a
