@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
+
+from bench.common import parse_args
 
 WINNER = re.compile(r"^winner (\S+) \(candidate;.*?test/ne ([\d.]+).*?vs (\S+)'s ([\d.]+) and ([\d.]+); better",
                     re.M)
@@ -33,10 +36,11 @@ def read(log: Path) -> tuple[float, float, float] | None:
     return float(winner.group(5)), float(winner.group(2)), float(best.group(2))
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="folders searched for search.log files")
-    args = parser.parse_args()
+    parser.add_argument("folders", nargs="*", type=Path, default=[Path("quality")],
+                        help="folders searched for search.log files (default: quality)")
+    args = parse_args(parser, {"folders": []}, argv)
     gaps = []
     for log in sorted(p for folder in args.folders for p in folder.rglob("search.log")):
         found = read(log)
