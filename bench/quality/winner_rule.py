@@ -21,10 +21,10 @@ from pathlib import Path
 
 from bench.common import parse_args
 
-WINNER = re.compile(r"^winner (\S+) \(candidate;.*?test/ne ([\d.]+).*?vs (\S+)'s ([\d.]+) and ([\d.]+); better",
-                    re.M)
-BEST = re.compile(r"^best candidate (\S+) by validation objective: val/ne [\d.]+ \([-+\d.]+%\), "
-                  r"test/ne ([\d.]+) .*?not the winner: \S+ is within .* and cheaper", re.M)
+WINNER = re.compile(r"^winner \S+ \(candidate;.*?test/ne (?P<test>[\d.]+).*?vs \S+'s [\d.]+ and (?P<base>[\d.]+); "
+                    r"better", re.M)
+BEST = re.compile(r"^best candidate \S+ by validation objective: val/ne [\d.]+ \([-+\d.]+%\), "
+                  r"test/ne (?P<test>[\d.]+) .*?not the winner: \S+ is within .* and cheaper", re.M)
 
 
 def read(log: Path) -> tuple[float, float, float] | None:
@@ -33,7 +33,7 @@ def read(log: Path) -> tuple[float, float, float] | None:
     winner, best = WINNER.search(text), BEST.search(text)
     if winner is None or best is None:
         return None
-    return float(winner.group(5)), float(winner.group(2)), float(best.group(2))
+    return float(winner["base"]), float(winner["test"]), float(best["test"])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,20 +1,20 @@
 """The one training protocol of every trained model: epochs, validation, early stopping, best state.
 
-A model trains for at most ``train.max_epochs`` passes over the training split (``train.steps``, when
-set, caps the batches; a pass is cut into batches of ``train.batch_size`` rows, a shorter last batch
-joined to the one before it: :func:`~rankitect.data.clickdata.epoch_batches`), is validated on the
-whole validation split at the end of every epoch (on large data every :func:`validation_interval`
-steps instead), stops once ``train.patience``
-validations in a row brought no better validation NE, and gets back the weights of its best
-validation before it is tested. The per-example validation losses of that best validation are kept
-too (:attr:`Protocol.best_losses`): a search compares two models on the same rows with them (a
-paired test, see :mod:`rankitect.search.selection`). A search may also stop a training early
-through a ``report`` hook that is called after every validation with the best validation NE so far
-and raises :class:`~rankitect.train.task.TrialPruned` (successive halving, see
-:mod:`rankitect.search.pruning`). A ``deadline`` (a ``time.time()`` instant: a search's time
-budget) ends training at the first step past it with one more validation, so the training
-returns its best state so far and says it was stopped (:attr:`Protocol.stopped`); an
-``on_step`` hook sees every step (progress display).
+A model trains for at most ``train.max_epochs`` passes over the training split (``train.steps``,
+when set, caps the batches; a pass is cut into batches of ``train.batch_size`` rows, a shorter last
+batch joined to the one before it: :func:`~rankitect.data.clickdata.epoch_batches`), is validated on
+the whole validation split at the end of every epoch (on large data every
+:func:`validation_interval` steps instead), stops once ``train.patience`` validations in a row
+brought no better validation NE, and gets back the weights of its best validation before it is
+tested. The per-example validation losses of that best validation are kept too
+(:attr:`Protocol.best_losses`): a search compares two models on the same rows with them (a paired
+test, see :mod:`rankitect.search.selection`). A search may also stop a training early through a
+``report`` hook that is called after every validation with the best validation NE so far and raises
+:class:`~rankitect.train.task.TrialPruned` (successive halving, see
+:mod:`rankitect.search.pruning`). A ``deadline`` (a ``time.time()`` instant: a search's time budget)
+ends training at the first step past it with one more validation, so the training returns its best
+state so far and says it was stopped (:attr:`Protocol.stopped`); an ``on_step`` hook sees every step
+(progress display).
 
 Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
 model that has not once validated below 1 (no better than predicting the base rate) by a validation
