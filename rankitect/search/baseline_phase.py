@@ -92,17 +92,24 @@ class BaselinePhase:
     def _wait_for_view(self) -> dict[str, Any] | None:
         """What the owner resolved from the baselines, waiting while it trains them; None when this
         process's time budget runs out first (it then resolves from what is there). A search whose
-        parent run has ended before that (its owner stopped) is an error saying how to go on."""
+        parent run has ended before that (its owner stopped), or whose owner has not beaten for
+        :data:`~rankitect.search.shared_study.OWNER_SILENT_S` (killed, the run left RUNNING), is an
+        error saying how to go on."""
+        from rankitect.search import shared_study
         from rankitect.track.location import store_args
 
         shared, tracker, parent_run_id = self.shared, self.recorder.tracker, self.recorder.state.parent_run_id
+        go_on = (f"continue it with rankitect search --resume {parent_run_id}{store_args(tracker.uri)}, "
+                 "then start this process again")
         view, delay, said = shared.view(), 0.2, False
         while view is None:
             status = tracker.get_run(parent_run_id).info.status
             if status != "RUNNING":
-                raise UserError(f"search run {parent_run_id} is {status} before its baselines finished: "
-                                f"continue it with rankitect search --resume {parent_run_id}"
-                                f"{store_args(tracker.uri)}, then start this process again")
+                raise UserError(f"search run {parent_run_id} is {status} before its baselines finished: {go_on}")
+            silence = shared.silence()
+            if silence is not None and silence > shared_study.OWNER_SILENT_S:
+                raise UserError(f"search run {parent_run_id}: its first process, which trains the baselines, has "
+                                f"not been heard from for {silence:.0f} s (stopped without ending the run): {go_on}")
             if self.recorder.budget.exhausted():
                 return None
             if not said:

@@ -45,7 +45,7 @@ from rankitect.search.plan_proposer import PlanProposer
 from rankitect.search.progress import LineProgress
 from rankitect.search.record import Recorder, end_failed, open_parent
 from rankitect.search.selection import Pick
-from rankitect.search.shared_study import SharedStudy
+from rankitect.search.shared_study import SharedStudy, owner_heartbeat
 from rankitect.search.standings import Standings, ValLosses
 from rankitect.track.names import CHECKPOINT as CHECKPOINT_TAG
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
@@ -229,8 +229,9 @@ class SearchRunner:
                 launcher.open_rungs(self.cfg)
                 phase = BaselinePhase(self.cfg.search, recorder=self.recorder, standings=self.standings,
                                       strategy=self.strategy, rungs=launcher.rungs, owner=self.owner, echo=self.echo)
-                self._run_baselines(launcher)
-                phase.start()
+                with owner_heartbeat(self.shared if self.owner else None):  # processes waiting for the view hear it
+                    self._run_baselines(launcher)
+                    phase.start()
                 self._start_strategy()
                 self._run_candidates(launcher)
                 return self._finish(phase)

@@ -15,12 +15,17 @@ Everything several processes agree on lives here, beside the runner, and nowhere
   whose data, space, strategy or objective differ from the search's is refused), what the first
   process resolved from the baselines (:meth:`SharedStudy.publish_view`, :meth:`SharedStudy.view`:
   the ``auto`` target and first rung every process ranks and prunes by), and the finished trials
-  every process's Pareto table reads (:meth:`SharedStudy.share`, :meth:`SharedStudy.trials`).
+  every process's Pareto table reads (:meth:`SharedStudy.share`, :meth:`SharedStudy.trials`);
+* the first process's heartbeat while it trains the baselines (:func:`owner_heartbeat`,
+  :meth:`SharedStudy.silence`): a process waiting for the view gives up, saying how to go on, once
+  the first one has been silent for :data:`OWNER_SILENT_S` (killed without ending the parent run).
 """
 
 from __future__ import annotations
 
 import fcntl
+import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -34,6 +39,9 @@ PARENT_ATTR = "mlflow_parent_run_id"
 IDENTITY_ATTR = "rankitect.identity"  # what makes the search's results comparable (search.identity)
 VIEW_ATTR = "rankitect.view"  # what the first process resolved from the baselines (search.baseline_phase)
 SHARED_TRIAL_ATTR = "rankitect.trial."  # + trial name: a finished trial, in the shared study's user attrs
+HEARTBEAT_ATTR = "rankitect.owner_beat"  # wall-clock seconds of the first process's last beat (baseline phase)
+HEARTBEAT_S = 10.0  # the first process beats this often while it trains the baselines
+OWNER_SILENT_S = 600.0  # silent this long: the first process is gone (a SQLite writer may wait 120 s to beat)
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,16 @@ class SharedStudy:
         """What :meth:`publish_view` recorded, or None while the baselines are still training."""
         return self.load().user_attrs.get(VIEW_ATTR)
 
+    def beat(self) -> None:
+        """Record that the first process is alive now (see :func:`owner_heartbeat`)."""
+        self.load().set_user_attr(HEARTBEAT_ATTR, time.time())
+
+    def silence(self) -> float | None:
+        """Seconds since the first process's last beat; None when it never beat (a search started
+        by an older rankitect, or one that has not begun its baselines)."""
+        last = self.load().user_attrs.get(HEARTBEAT_ATTR)
+        return None if last is None else max(0.0, time.time() - float(last))
+
     def share(self, entry: dict[str, Any]) -> None:
         """Publish a finished trial (``kind``, ``name``, ``arch``, ``result``) to every process."""
         self.load().set_user_attr(SHARED_TRIAL_ATTR + entry["name"], entry)
@@ -125,6 +143,35 @@ class SharedStudy:
     def count(self) -> tuple[int, int]:
         """``(slots, proposals)`` of :func:`shared_trial_count`."""
         return shared_trial_count(self.storage, self.name, with_pruned=True)
+
+
+@contextmanager
+def owner_heartbeat(shared: SharedStudy | None, every: float = HEARTBEAT_S) -> Iterator[None]:
+    """Beat (:meth:`SharedStudy.beat`) at once and then every ``every`` seconds from a daemon thread
+    until the block ends; nothing without shared storage. A beat the storage refuses (busy) is
+    skipped: the next one tries again, and a waiting process only gives up after
+    :data:`OWNER_SILENT_S` without any."""
+    if shared is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            try:
+                shared.beat()
+            except Exception:  # a busy or briefly unreachable storage: the next beat tries again
+                pass
+            if stop.wait(every):
+                return
+
+    thread = threading.Thread(target=beat, name="rankitect-owner-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def proposal_lock(shared: SharedStudy | None) -> AbstractContextManager[None]:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -160,3 +161,55 @@ def test_a_time_budget_shorter_than_the_baselines_ends_the_search_there(env: dic
     # a full baseline takes its 60 epochs; the search ends at the budget plus a validation and the
     # scoring of the cut model (on a busy machine: within seconds more), not after its schedule
     assert took < budget + 30 and full > 20 * 32
+
+
+def test_a_process_waiting_for_a_killed_first_process_says_how_to_go_on(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kill -9 leaves a shared search's parent run RUNNING with no view: a second process waiting
+    for the view gives up once the first one's heartbeat is older than OWNER_SILENT_S, naming the
+    resume command, instead of waiting for ever."""
+    from rankitect.errors import UserError
+    from rankitect.search import shared_study
+    from rankitect.search.shared_study import SharedStudy
+
+    shared = [*TINY, f"search.storage=sqlite:///{tmp_path}/study.db", "search.study_name=s"]
+    proc = subprocess.Popen([sys.executable, "-m", "rankitect", "search", *shared], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    study = SharedStudy(f"sqlite:///{tmp_path}/study.db", "s")
+    try:
+        _wait_for_line(proc, _during_baseline(1), "baseline 1 started")
+        deadline = time.monotonic() + 300
+        while study.silence() is None:  # the first beat is recorded through the storage, as the joiner reads it
+            assert time.monotonic() < deadline and proc.poll() is None, "no heartbeat before the baselines"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert study.view() is None  # killed before it resolved anything from the baselines
+    monkeypatch.setattr(shared_study, "OWNER_SILENT_S", 1.0)
+    joiner = SearchRunner(load_config(overrides=shared), echo=lambda s: None)
+    assert not joiner.owner
+    with pytest.raises(UserError, match=r"not been heard from for \d+ s .*--resume " + joiner.state.parent_run_id):
+        joiner.run()
+    assert _client().get_run(joiner.state.parent_run_id).info.status == "RUNNING"  # the joiner ends nothing
+
+
+def test_the_heartbeat_beats_until_its_block_ends(tmp_path: Path) -> None:
+    from rankitect.search.shared_study import HEARTBEAT_ATTR, SharedStudy, owner_heartbeat
+
+    study = SharedStudy(f"sqlite:///{tmp_path}/study.db", "s")
+    study.open(["minimize"])
+    seen = set()
+    with owner_heartbeat(study, every=0.01):
+        deadline = time.monotonic() + 60
+        while len(seen) < 3:  # beats go on: each one later than the last
+            assert time.monotonic() < deadline
+            beat = study.load().user_attrs.get(HEARTBEAT_ATTR)
+            if beat is not None:  # read before the first beat landed
+                seen.add(beat)
+        assert study.silence() is not None
+    assert not any(t.name == "rankitect-owner-heartbeat" for t in threading.enumerate())
