@@ -50,3 +50,23 @@ def test_quick_benches_run(name: str, tmp_path: Path, monkeypatch: pytest.Monkey
     out = capsys.readouterr().out
     assert out.strip(), f"{name} printed nothing"
     assert "Traceback" not in out
+
+
+def test_winner_rule_reads_the_lines_a_search_writes(tmp_path: Path) -> None:
+    """The bench parses the runner's own closing lines (search.selection.Pick.lines): a winner that
+    is the cheapest within the noise of a pricier best candidate, both against the best baseline."""
+    from bench.quality import winner_rule
+    from rankitect.eval.result import TrialResult
+    from rankitect.search.selection import Entrant, Pick
+
+    def entrant(name: str, kind: str, val: float, test: float, mflops: float) -> Entrant:
+        return Entrant(name, kind, TrialResult(val_ne=val, test_ne=test, mflops=mflops, params=1))
+
+    base = entrant("dlrm", "baseline", 0.9230, 0.9188, 1.0)
+    cheap, best = entrant("aa11", "candidate", 0.9218, 0.9165, 0.3), entrant("bb22", "candidate", 0.9210, 0.9174, 0.9)
+    pick = Pick(winner=cheap, incumbent=base, z=1.4, best=best, top=(best, 2.1))
+    log = tmp_path / "s" / "search.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(["[1/16] aa11 ...", *pick.lines(1.0), "MLflow search run: x"]) + "\n")
+    assert winner_rule.read(log) == (0.9188, 0.9165, 0.9174)
+    winner_rule.main([str(tmp_path)])
