@@ -163,7 +163,7 @@ class SurrogateConfig:
     """Proposals of ``random``, ``evolution`` and ``dnas``'s changes ranked by a surrogate of validation NE fitted on every finished trial."""
 
     enabled: bool = True  # false: each proposal is the first one drawn
-    candidates: int = 32  # drawn per proposal (samples, mutations of the tournament winner, changes); the best-ranked is trained
+    candidates: int = 32  # drawn per proposal of random and evolution (samples, mutations of the tournament winner); the best-ranked is trained (dnas's climb ranks every untried change of its origin)
     kappa: float = 1.0  # rank by predicted NE minus this many spreads of the ensemble (lower confidence bound); higher explores more
     min_trials: int = 4  # finished trials (baselines included) before it ranks; until then the first drawn is trained
 

@@ -2,7 +2,8 @@
 
 Every finished trial the strategy sees (its own, the baselines it observed, pruned ones included)
 is one observation; each proposal then draws ``candidates`` architectures (samples, mutations of
-the tournament winner, changes of the climb's origin) and trains the one the surrogate ranks best.
+the tournament winner; the climb of ``dnas`` takes every untried change of its origin) and trains
+the one the surrogate ranks best.
 
 Features of an architecture (:class:`Features`): for every label its decode reads, one column per
 option (1 where it holds that option, so an inactive label adds nothing); for a choice of three or

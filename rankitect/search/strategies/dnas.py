@@ -53,8 +53,9 @@ class DnasSearch(Guided, PlanProposer):
     of them.
 
     With a surrogate (``search.surrogate``, :mod:`rankitect.search.surrogate`) the change trained is
-    the best-ranked of the origin's first ``candidates`` untried ones (in the weights' order), by a
-    surrogate fitted on every trained model, baselines and pruned changes included.
+    the best-ranked of all the origin's untried ones (42 to 100 around the baselines on the development
+    data sets; ties in the weights' order), by a surrogate fitted on every trained model, baselines and
+    pruned changes included.
 
     Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
@@ -180,8 +181,9 @@ class DnasSearch(Guided, PlanProposer):
                 cheaper: bool) -> tuple[Architecture, Architecture] | None:
         """``(origin, change)``: the most preferred change not in ``seen`` of the best trained
         architecture with one left; where ``cheaper``, a simplification (:meth:`_simpler`)."""
+        first_only = self.candidates_now() == 1  # without a surrogate, or before it is ready
         for origin in self.ranked():
-            changes: dict[str, Architecture] = {}  # the first candidates_now() untried, the surrogate picks
+            changes: dict[str, Architecture] = {}  # every untried one, the surrogate picks
             for move in weights.neighbours(self.space.encode(origin)):
                 try:
                     arch = self.space.decode(move)
@@ -189,10 +191,11 @@ class DnasSearch(Guided, PlanProposer):
                     continue
                 if arch.hash not in seen and (not cheaper or self._simpler(arch, origin)):
                     changes.setdefault(arch.hash, arch)
-                    if len(changes) >= self.candidates_now():
+                    if first_only:
                         break
             if changes:
-                return origin, list(changes.values())[self.pick(list(changes.values()))]
+                found = list(changes.values())
+                return origin, found[self.pick(found)]
         return None
 
     def _simpler(self, arch: Architecture, origin: Architecture) -> bool:
