@@ -186,7 +186,8 @@ def _first_change(space, weights: ArchitectureWeights, origins: list[Architectur
 def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data: ClickData, monkeypatch) -> None:
     """Past its ``top_k``, a search with a time budget asks the most preferred untried change of the
     best architecture trained so far: a baseline while it is best, then the change that beat it;
-    every other change is the most preferred one that costs less than its origin."""
+    then the most preferred one that costs less than its origin, then a draw from the architecture
+    distribution, in turns."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext, SpaceExhausted
     from rankitect.search.strategies.dnas import DnasSearch
@@ -235,22 +236,22 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     seen.add(second.hash)
     strategy.tell(second, TrialResult(val_ne=0.75, mflops=1.0))  # worse than first: first stays the origin
     state = json.loads(json.dumps(strategy.state_dict()))  # the checkpoint is JSON
-    third = strategy.ask()
-    assert third == _preferred_change(space, weights, first, seen)
+    draw, third = strategy.ask(), strategy.ask()  # every third proposal a draw from the distribution
+    assert draw.hash not in seen and strategy.prunable
+    assert third == _preferred_change(space, weights, first, seen | {draw.hash})
 
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
     resumed = DnasSearch(space, seed=0, objective=Objective(), fill=10)
     resumed.load_state_dict(state)
     resumed.start(replace(context, finished={argmax.hash, first.hash, second.hash}))
-    assert resumed.ask() == third  # no supernet again, nothing finished proposed again
+    assert (resumed.ask(), resumed.ask()) == (draw, third)  # no supernet again, nothing finished proposed again
 
 
-def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(data: ClickData,
-                                                                           monkeypatch) -> None:
-    """With ``target_mflops`` the changes alternate: any change of the best architecture by objective
+def test_with_a_flops_target_simplifications_and_draws_cost_no_more_than_it(data: ClickData, monkeypatch) -> None:
+    """With ``target_mflops`` the proposals take turns: any change of the best architecture by objective
     (here one above the target), then the most preferred simplification (cheaper than its origin,
     within the target) of the best architecture that has one, although the change the weights
-    prefer most costs more."""
+    prefer most costs more, then a draw from the architecture distribution within the target."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
@@ -304,7 +305,10 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     strategy.tell(first, TrialResult(val_ne=0.9, mflops=mflops(first)))
     strategy.tell(second, TrialResult(val_ne=0.45, mflops=mflops(second)))  # the best now, within the target
     state = json.loads(json.dumps(strategy.state_dict()))
-    third, fourth = strategy.ask(), strategy.ask()
+    finished = set(seen)  # when the state was saved
+    draw, third, fourth = strategy.ask(), strategy.ask(), strategy.ask()
+    assert within(draw) and draw.hash not in seen  # a draw from the distribution, within the target too
+    seen.add(draw.hash)
     assert third == _preferred_change(space, weights, second, seen)
     val_ne = {second: 0.45, big: 0.5, baseline: 0.8, first: 0.9, argmax: 0.95}  # as told above
     ranked = sorted(val_ne, key=lambda arch: objective.value(val_ne[arch], mflops(arch)))  # origins, best first
@@ -314,5 +318,68 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
 
     resumed = DnasSearch(space, seed=0, objective=objective, fill=10)
     resumed.load_state_dict(state)
-    resumed.start(replace(context, finished=seen))
-    assert (resumed.ask(), resumed.ask()) == (third, fourth)  # the turns go on where they were
+    resumed.start(replace(context, finished=finished))
+    assert (resumed.ask(), resumed.ask(), resumed.ask()) == (draw, third, fourth)  # the turns go on where they were
+
+
+def test_the_draw_reaches_what_the_distribution_prefers_several_choices_away(data: ClickData, monkeypatch) -> None:
+    """Every third proposal after the supernet's is drawn from the architecture distribution: where
+    the weights hold nearly all their mass on two paths several choices away from the best trained
+    architecture (the second one choice from the first, which the supernet chose), the draw is the
+    second; one-choice changes of the baseline never reach it. Past a FLOPs target below its cost no
+    draw is proposed, and the turn goes to a change."""
+    from rankitect.eval.result import TrialResult
+    from rankitect.search.base import SearchContext
+    from rankitect.search.strategies.dnas import DnasSearch
+
+    space = three_slots()
+
+    def mflops(arch: Architecture) -> float:
+        return cost(arch, data.spec).flops / 1e6
+
+    def differ(a: Architecture, b: Architecture) -> int:
+        pa, pb = space.encode(a), space.encode(b)
+        return sum(pa[label] != pb.get(label) for label in space.active(pa))
+
+    rng = np.random.default_rng(7)
+    baseline = space.decode(space.sample(rng))
+    for _ in range(1000):  # two paths one choice apart, each three or more from the baseline
+        path = space.sample(rng)
+        label = next((lb for lb in space.active(path) if len(space.choices[lb].options) > 1), None)
+        other = next(o for o in space.choices[label].options if o != path[label])
+        chosen, far = space.decode(path), space.decode({**path, label: other})
+        if chosen != far and min(differ(chosen, baseline), differ(far, baseline)) >= 3:
+            break
+    else:
+        pytest.fail("no two such paths")
+    weights = ArchitectureWeights(space)
+    with torch.no_grad():
+        for lb, a in zip(weights.labels, weights.logits):
+            a.fill_(-50.0)
+            a[space.choices[lb].index(path[lb])] = 50.0
+            if lb == label:
+                a[space.choices[lb].index(other)] = 50.0  # as probable: the argmax takes the first of the two
+    first_option = min(space.choices[label].index(path[label]), space.choices[label].index(other))
+    if space.choices[label].options[first_option] == other:
+        chosen, far = far, chosen
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
+    context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
+                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+
+    def climbed(objective: Objective) -> list[Architecture]:
+        strategy = DnasSearch(space, seed=0, objective=objective, fill=10)
+        strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=mflops(baseline)))
+        strategy.start(context)
+        assert strategy.ask() == chosen
+        strategy.tell(chosen, TrialResult(val_ne=0.9, mflops=mflops(chosen)))  # worse: the baseline is the origin
+        asked = [strategy.ask() for _ in range(3)]
+        for arch in asked:
+            strategy.tell(arch, TrialResult(val_ne=0.95, mflops=mflops(arch)))
+        return asked
+
+    any_change, simpler, draw = climbed(Objective())
+    assert draw == far
+    assert differ(any_change, baseline) == 1 and differ(simpler, baseline) == 1
+    below = min(mflops(far), mflops(baseline)) * 0.999
+    asked = climbed(Objective(target_mflops=below))
+    assert far not in asked and all(differ(arch, baseline) == 1 for arch in asked)
