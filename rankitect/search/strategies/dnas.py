@@ -33,6 +33,10 @@ from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
 
 
+CLIMB_TURNS = ("any", "cheaper", "draw")  # the kinds of proposal that take turns after the supernet's (DnasSearch._climb)
+DRAW_TRIES = 256  # draws from the architecture distribution per proposal of that kind, at most
+
+
 @register_strategy("dnas")
 class DnasSearch(Guided, PlanProposer):
     """``rankitect search --strategy dnas``: the DNAS phase (:meth:`search`), then the ``supernet.top_k``
@@ -112,7 +116,7 @@ class DnasSearch(Guided, PlanProposer):
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         if self.fill > len(archs):
             context.echo(f"dnas: then, until {self.fill} are trained (or a time budget is spent), one-choice changes "
-                         "of the best architecture trained so far, the most probable first")
+                         "of the best architecture trained so far and draws from the architecture distribution, in turns")
         return archs
 
     def _ranks(self, check: RankCheck, echo: Callable[[str], None]) -> bool:
@@ -150,32 +154,57 @@ class DnasSearch(Guided, PlanProposer):
         return arch
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
-        """The next untried one-choice change of the best trained architecture that has one left.
+        """The next proposal after the supernet's choices: three kinds take turns.
 
-        Two kinds of change take turns: any change (the penalty weighs what it costs), and a
-        simplification, a change that costs less than its origin and no more than the FLOPs target
-        (``search.target_mflops``, where there is one), of the best architecture that has one left.
-        The objective trades NE for FLOPs and its best often lies above the target: the second kind
-        keeps looking for a better model at the target's cost, which is what ``target_mflops: auto``
-        asks for. Below the target it looks for a cheaper model as good as the best, which is what
-        the winner's rule returns (the cheapest candidate within the noise of the best,
-        :mod:`rankitect.search.selection`); the first kind grows a model as readily as it shrinks
-        it. A kind with nothing left gives its turn to the other.
+        A one-choice change of the best trained architecture that has one left, any change (the
+        penalty weighs what it costs); a simplification, a change that costs less than its origin
+        and no more than the FLOPs target (``search.target_mflops``, where there is one); and a draw
+        from the architecture distribution (:meth:`_draw`). The objective trades NE for FLOPs and its
+        best often lies above the target: simplifications keep looking for a better model at the
+        target's cost, which is what ``target_mflops: auto`` asks for. Below the target they look
+        for a cheaper model as good as the best, which is what the winner's rule returns (the
+        cheapest candidate within the noise of the best, :mod:`rankitect.search.selection`); the
+        first kind grows a model as readily as it shrinks it. Changes move one choice at a time, so
+        a better model several choices away from every trained one is out of their reach; the
+        draws reach it where the supernet learnt to prefer it. A kind with nothing left gives its
+        turn to the next.
         """
         seen = self._done | self._pending | self.trained
-        simplify_first = self._climbs % 2 == 1
-        for cheaper in (simplify_first, not simplify_first):
-            found = self._change(weights, seen, cheaper)
+        turn = self._climbs % len(CLIMB_TURNS)
+        for kind in CLIMB_TURNS[turn:] + CLIMB_TURNS[:turn]:
+            found = self._draw(weights, seen) if kind == "draw" else self._change(weights, seen, kind == "cheaper")
             if found is not None:
                 origin, arch = found
                 self._climbs += 1
                 self._pending.add(arch.hash)
                 target = self.objective.target_mflops
-                within = ("" if not cheaper else ", cheaper" if target is None
-                          else f", cheaper, at no more than {target:.4g} MFLOPs")
-                self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")
+                within = "" if target is None or kind == "any" else f", at no more than {target:.4g} MFLOPs"
+                what = ("a draw from the architecture distribution" if origin is None
+                        else f"a change of {origin.hash}{', cheaper' if kind == 'cheaper' else ''}")
+                self._echo(f"dnas: retraining {arch.hash} from scratch ({what}{within})")
                 return arch
-        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
+        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed, and no draw was new")
+
+    def _draw(self, weights: ArchitectureWeights, seen: set[str]) -> tuple[None, Architecture] | None:
+        """``(None, arch)``: of up to ``candidates_now()`` architectures drawn from the architecture
+        distribution, untried and at no more than the FLOPs target (if any), the one the surrogate
+        ranks best; None when ``DRAW_TRIES`` draws hold none."""
+        generator = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+        target, drawn = self.objective.target_mflops, {}
+        for _ in range(DRAW_TRIES):
+            try:
+                arch = self.space.decode(weights.sample(generator))
+            except ValueError:
+                continue
+            if arch.hash in seen or arch.hash in drawn or (target is not None and not at_most(self.mflops(arch), target)):
+                continue
+            drawn[arch.hash] = arch
+            if len(drawn) >= self.candidates_now():
+                break
+        if not drawn:
+            return None
+        found = list(drawn.values())
+        return None, found[self.pick(found)]
 
     def _change(self, weights: ArchitectureWeights, seen: set[str],
                 cheaper: bool) -> tuple[Architecture, Architecture] | None:
