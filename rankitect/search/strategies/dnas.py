@@ -34,7 +34,7 @@ from rankitect.supernet.rank_check import RankCheck
 
 
 CLIMB_TURNS = ("any", "cheaper", "draw")  # the kinds of proposal that take turns after the supernet's (DnasSearch._climb)
-DRAW_TRIES = 256  # draws from the architecture distribution per proposal of that kind, at most
+DRAW_TRIES = 256  # uniform samples of the space per proposal of that kind, at most
 
 
 @register_strategy("dnas")
@@ -116,7 +116,7 @@ class DnasSearch(Guided, PlanProposer):
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         if self.fill > len(archs):
             context.echo(f"dnas: then, until {self.fill} are trained (or a time budget is spent), one-choice changes "
-                         "of the best architecture trained so far and draws from the architecture distribution, in turns")
+                         "of the best architecture trained so far and samples of the space, in turns")
         return archs
 
     def _ranks(self, check: RankCheck, echo: Callable[[str], None]) -> bool:
@@ -172,28 +172,27 @@ class DnasSearch(Guided, PlanProposer):
         seen = self._done | self._pending | self.trained
         turn = self._climbs % len(CLIMB_TURNS)
         for kind in CLIMB_TURNS[turn:] + CLIMB_TURNS[:turn]:
-            found = self._draw(weights, seen) if kind == "draw" else self._change(weights, seen, kind == "cheaper")
+            found = self._draw(seen) if kind == "draw" else self._change(weights, seen, kind == "cheaper")
             if found is not None:
                 origin, arch = found
                 self._climbs += 1
                 self._pending.add(arch.hash)
                 target = self.objective.target_mflops
                 within = "" if target is None or kind == "any" else f", at no more than {target:.4g} MFLOPs"
-                what = ("a draw from the architecture distribution" if origin is None
+                what = ("a sample of the space" if origin is None
                         else f"a change of {origin.hash}{', cheaper' if kind == 'cheaper' else ''}")
                 self._echo(f"dnas: retraining {arch.hash} from scratch ({what}{within})")
                 return arch
         raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed, and no draw was new")
 
-    def _draw(self, weights: ArchitectureWeights, seen: set[str]) -> tuple[None, Architecture] | None:
-        """``(None, arch)``: of up to ``candidates_now()`` architectures drawn from the architecture
-        distribution, untried and at no more than the FLOPs target (if any), the one the surrogate
-        ranks best; None when ``DRAW_TRIES`` draws hold none."""
-        generator = torch.Generator().manual_seed(int(self.rng.integers(2**31)))
+    def _draw(self, seen: set[str]) -> tuple[None, Architecture] | None:
+        """``(None, arch)``: of up to ``candidates_now()`` uniform samples of the space, untried and
+        at no more than the FLOPs target (if any), the one the surrogate ranks best; None when
+        ``DRAW_TRIES`` samples hold none."""
         target, drawn = self.objective.target_mflops, {}
         for _ in range(DRAW_TRIES):
             try:
-                arch = self.space.decode(weights.sample(generator))
+                arch = self.space.decode(self.space.sample(self.rng))
             except ValueError:
                 continue
             if arch.hash in seen or arch.hash in drawn or (target is not None and not at_most(self.mflops(arch), target)):
