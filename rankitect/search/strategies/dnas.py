@@ -9,8 +9,8 @@ curves, the supernet's weights and the final probabilities (``architecture_probs
 a ``supernet`` child run.
 
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
-scored on the test split; then the retraining goes on, around the best architecture retrained so
-far, the changes the architecture weights prefer first (:class:`DnasSearch`), until
+scored on the test split; then the retraining goes on, one-choice changes of the best architecture
+retrained so far taking turns with samples of the whole space (:class:`DnasSearch`), until
 ``search.trials`` are trained (or a time budget is spent).
 """
 
@@ -47,8 +47,9 @@ class DnasSearch(Guided, PlanProposer):
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
     A change that beats its origin becomes the next origin; an origin whose changes are all tried
-    gives way to the next best architecture. Every other change is a simplification: it costs less
-    than its origin and no more than the FLOPs target where there is one (:meth:`_climb`), so the
+    gives way to the next best architecture. Changes take turns with simplifications, which cost less
+    than their origin and no more than the FLOPs target where there is one, and with samples of the
+    whole space at no more than the target (:meth:`_climb`), so the
     search also looks for a better model at the target's cost, and for a cheaper one as good as
     the best. Changes may be pruned (``search.pruning``) as evolution's children are; what the supernet
     chose is trained in full. So the supernet orders the moves, and retraining, not the supernet's
@@ -158,16 +159,17 @@ class DnasSearch(Guided, PlanProposer):
 
         A one-choice change of the best trained architecture that has one left, any change (the
         penalty weighs what it costs); a simplification, a change that costs less than its origin
-        and no more than the FLOPs target (``search.target_mflops``, where there is one); and a draw
-        from the architecture distribution (:meth:`_draw`). The objective trades NE for FLOPs and its
+        and no more than the FLOPs target (``search.target_mflops``, where there is one); and a
+        sample of the whole space (:meth:`_draw`). The objective trades NE for FLOPs and its
         best often lies above the target: simplifications keep looking for a better model at the
         target's cost, which is what ``target_mflops: auto`` asks for. Below the target they look
         for a cheaper model as good as the best, which is what the winner's rule returns (the
         cheapest candidate within the noise of the best, :mod:`rankitect.search.selection`); the
         first kind grows a model as readily as it shrinks it. Changes move one choice at a time, so
-        a better model several choices away from every trained one is out of their reach; the
-        draws reach it where the supernet learnt to prefer it. A kind with nothing left gives its
-        turn to the next.
+        a better model several choices away from every trained one, or behind a change dearer than
+        the target, is out of their reach; samples reach it, as ``random``'s do (on adult the climb
+        from AutoInt never tried the bucketized dense fields every other strategy found,
+        docs/benchmarks.md). A kind with nothing left gives its turn to the next.
         """
         seen = self._done | self._pending | self.trained
         turn = self._climbs % len(CLIMB_TURNS)
