@@ -186,8 +186,8 @@ def _first_change(space, weights: ArchitectureWeights, origins: list[Architectur
 def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data: ClickData, monkeypatch) -> None:
     """Past its ``top_k``, a search with a time budget asks the most preferred untried change of the
     best architecture trained so far: a baseline while it is best, then the change that beat it;
-    then the most preferred one that costs less than its origin, then a draw from the architecture
-    distribution, in turns."""
+    then the most preferred one that costs less than its origin, then a sample of the whole space,
+    in turns."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext, SpaceExhausted
     from rankitect.search.strategies.dnas import DnasSearch
@@ -236,7 +236,7 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     seen.add(second.hash)
     strategy.tell(second, TrialResult(val_ne=0.75, mflops=1.0))  # worse than first: first stays the origin
     state = json.loads(json.dumps(strategy.state_dict()))  # the checkpoint is JSON
-    draw, third = strategy.ask(), strategy.ask()  # every third proposal a draw from the distribution
+    draw, third = strategy.ask(), strategy.ask()  # every third proposal a sample of the space
     assert draw.hash not in seen and strategy.prunable
     assert third == _preferred_change(space, weights, first, seen | {draw.hash})
 
@@ -247,11 +247,11 @@ def test_with_a_budget_dnas_goes_on_around_the_best_architecture_retrained(data:
     assert (resumed.ask(), resumed.ask()) == (draw, third)  # no supernet again, nothing finished proposed again
 
 
-def test_with_a_flops_target_simplifications_and_draws_cost_no_more_than_it(data: ClickData, monkeypatch) -> None:
+def test_with_a_flops_target_simplifications_and_samples_cost_no_more_than_it(data: ClickData, monkeypatch) -> None:
     """With ``target_mflops`` the proposals take turns: any change of the best architecture by objective
     (here one above the target), then the most preferred simplification (cheaper than its origin,
     within the target) of the best architecture that has one, although the change the weights
-    prefer most costs more, then a draw from the architecture distribution within the target."""
+    prefer most costs more, then a sample of the space within the target."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
@@ -307,7 +307,7 @@ def test_with_a_flops_target_simplifications_and_draws_cost_no_more_than_it(data
     state = json.loads(json.dumps(strategy.state_dict()))
     finished = set(seen)  # when the state was saved
     draw, third, fourth = strategy.ask(), strategy.ask(), strategy.ask()
-    assert within(draw) and draw.hash not in seen  # a draw from the distribution, within the target too
+    assert within(draw) and draw.hash not in seen  # a sample of the space, within the target too
     seen.add(draw.hash)
     assert third == _preferred_change(space, weights, second, seen)
     val_ne = {second: 0.45, big: 0.5, baseline: 0.8, first: 0.9, argmax: 0.95}  # as told above
