@@ -9,8 +9,8 @@ curves, the supernet's weights and the final probabilities (``architecture_probs
 a ``supernet`` child run.
 
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
-scored on the test split; then the retraining goes on, one-choice changes of the best architecture
-retrained so far taking turns with samples of the whole space (:class:`DnasSearch`), until
+scored on the test split; then the retraining goes on, around the best architecture retrained so
+far, the changes the architecture weights prefer first (:class:`DnasSearch`), until
 ``search.trials`` are trained (or a time budget is spent).
 """
 
@@ -33,10 +33,6 @@ from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
 
 
-CLIMB_TURNS = ("any", "cheaper", "draw")  # the kinds of proposal that take turns after the supernet's (DnasSearch._climb)
-DRAW_TRIES = 256  # uniform samples of the space per proposal of that kind, at most
-
-
 @register_strategy("dnas")
 class DnasSearch(Guided, PlanProposer):
     """``rankitect search --strategy dnas``: the DNAS phase (:meth:`search`), then the ``supernet.top_k``
@@ -47,9 +43,8 @@ class DnasSearch(Guided, PlanProposer):
     architecture trained so far by objective (baselines included), the change the architecture
     weights prefer most first (:meth:`~rankitect.supernet.dnas_weights.ArchitectureWeights.neighbours`).
     A change that beats its origin becomes the next origin; an origin whose changes are all tried
-    gives way to the next best architecture. Changes take turns with simplifications, which cost less
-    than their origin and no more than the FLOPs target where there is one, and with samples of the
-    whole space at no more than the target (:meth:`_climb`), so the
+    gives way to the next best architecture. Every other change is a simplification: it costs less
+    than its origin and no more than the FLOPs target where there is one (:meth:`_climb`), so the
     search also looks for a better model at the target's cost, and for a cheaper one as good as
     the best. Changes may be pruned (``search.pruning``) as evolution's children are; what the supernet
     chose is trained in full. So the supernet orders the moves, and retraining, not the supernet's
@@ -117,7 +112,7 @@ class DnasSearch(Guided, PlanProposer):
             context.echo(f"dnas: derived {arch.hash} ({flops[arch.hash]:.3f} MFLOPs)")
         if self.fill > len(archs):
             context.echo(f"dnas: then, until {self.fill} are trained (or a time budget is spent), one-choice changes "
-                         "of the best architecture trained so far and samples of the space, in turns")
+                         "of the best architecture trained so far, the most probable first")
         return archs
 
     def _ranks(self, check: RankCheck, echo: Callable[[str], None]) -> bool:
@@ -155,57 +150,32 @@ class DnasSearch(Guided, PlanProposer):
         return arch
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
-        """The next proposal after the supernet's choices: three kinds take turns.
+        """The next untried one-choice change of the best trained architecture that has one left.
 
-        A one-choice change of the best trained architecture that has one left, any change (the
-        penalty weighs what it costs); a simplification, a change that costs less than its origin
-        and no more than the FLOPs target (``search.target_mflops``, where there is one); and a
-        sample of the whole space (:meth:`_draw`). The objective trades NE for FLOPs and its
-        best often lies above the target: simplifications keep looking for a better model at the
-        target's cost, which is what ``target_mflops: auto`` asks for. Below the target they look
-        for a cheaper model as good as the best, which is what the winner's rule returns (the
-        cheapest candidate within the noise of the best, :mod:`rankitect.search.selection`); the
-        first kind grows a model as readily as it shrinks it. Changes move one choice at a time, so
-        a better model several choices away from every trained one, or behind a change dearer than
-        the target, is out of their reach; samples reach it, as ``random``'s do (on adult the climb
-        from AutoInt never tried the bucketized dense fields every other strategy found,
-        docs/benchmarks.md). A kind with nothing left gives its turn to the next.
+        Two kinds of change take turns: any change (the penalty weighs what it costs), and a
+        simplification, a change that costs less than its origin and no more than the FLOPs target
+        (``search.target_mflops``, where there is one), of the best architecture that has one left.
+        The objective trades NE for FLOPs and its best often lies above the target: the second kind
+        keeps looking for a better model at the target's cost, which is what ``target_mflops: auto``
+        asks for. Below the target it looks for a cheaper model as good as the best, which is what
+        the winner's rule returns (the cheapest candidate within the noise of the best,
+        :mod:`rankitect.search.selection`); the first kind grows a model as readily as it shrinks
+        it. A kind with nothing left gives its turn to the other.
         """
         seen = self._done | self._pending | self.trained
-        turn = self._climbs % len(CLIMB_TURNS)
-        for kind in CLIMB_TURNS[turn:] + CLIMB_TURNS[:turn]:
-            found = self._draw(seen) if kind == "draw" else self._change(weights, seen, kind == "cheaper")
+        simplify_first = self._climbs % 2 == 1
+        for cheaper in (simplify_first, not simplify_first):
+            found = self._change(weights, seen, cheaper)
             if found is not None:
                 origin, arch = found
                 self._climbs += 1
                 self._pending.add(arch.hash)
                 target = self.objective.target_mflops
-                within = "" if target is None or kind == "any" else f", at no more than {target:.4g} MFLOPs"
-                what = ("a sample of the space" if origin is None
-                        else f"a change of {origin.hash}{', cheaper' if kind == 'cheaper' else ''}")
-                self._echo(f"dnas: retraining {arch.hash} from scratch ({what}{within})")
+                within = ("" if not cheaper else ", cheaper" if target is None
+                          else f", cheaper, at no more than {target:.4g} MFLOPs")
+                self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")
                 return arch
-        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed, and no draw was new")
-
-    def _draw(self, seen: set[str]) -> tuple[None, Architecture] | None:
-        """``(None, arch)``: of up to ``candidates_now()`` uniform samples of the space, untried and
-        at no more than the FLOPs target (if any), the one the surrogate ranks best; None when
-        ``DRAW_TRIES`` samples hold none."""
-        target, drawn = self.objective.target_mflops, {}
-        for _ in range(DRAW_TRIES):
-            try:
-                arch = self.space.decode(self.space.sample(self.rng))
-            except ValueError:
-                continue
-            if arch.hash in seen or arch.hash in drawn or (target is not None and not at_most(self.mflops(arch), target)):
-                continue
-            drawn[arch.hash] = arch
-            if len(drawn) >= self.candidates_now():
-                break
-        if not drawn:
-            return None
-        found = list(drawn.values())
-        return None, found[self.pick(found)]
+        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
 
     def _change(self, weights: ArchitectureWeights, seen: set[str],
                 cheaper: bool) -> tuple[Architecture, Architecture] | None:
