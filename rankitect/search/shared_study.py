@@ -285,6 +285,10 @@ def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budge
     Processes check the budget before they propose, so two may propose the last trial at once;
     the earlier proposals (by trial number) keep the budget, and a proposal past it is marked
     :data:`~rankitect.search._optuna.OVER_BUDGET_ATTR` and failed, and is never trained.
+
+    The proposal is the earliest running trial of ``genotype_hash``: another process that proposed
+    the same genotype a moment later holds a later trial until it marks that one a duplicate and
+    fails it, and that trial is neither ours to judge nor to fail.
     """
     optuna = _optuna.import_optuna()
     study = load_shared_study(storage, study_name)
@@ -294,10 +298,11 @@ def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budge
             if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == genotype_hash and t.state == running]
     if not mine:
         return True
-    number = mine[-1].number
+    proposal = min(mine, key=lambda t: t.number)
+    number = proposal.number
     if sum(1 for t in trials if takes_budget(t) and t.number < number) < budget:
         return True
-    optuna.trial.Trial(study, mine[-1]._trial_id).set_user_attr(_optuna.OVER_BUDGET_ATTR, True)
+    optuna.trial.Trial(study, proposal._trial_id).set_user_attr(_optuna.OVER_BUDGET_ATTR, True)
     study.tell(number, state=optuna.trial.TrialState.FAIL)
     return False
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from rankitect.search import build_strategy
@@ -109,3 +110,24 @@ def test_a_proposal_past_the_shared_budget_is_failed_and_never_counted(storage, 
     trials = import_optuna().load_study(study_name=study_name, storage=storage).get_trials()
     over = [t for t in trials if OVER_BUDGET_ATTR in t.user_attrs]
     assert [t.user_attrs["genotype_hash"] for t in over] == [c.hash] and over[0].state.name == "FAIL"
+
+
+def test_a_claim_judges_its_own_proposal_not_a_duplicate_still_being_marked(storage) -> None:
+    """A second process proposes the same genotype a moment after the first: until it marks its
+    trial a duplicate and fails it, two running trials hold the hash. The first process's claim is
+    judged on its own (earlier) trial, within the budget, and leaves the other process's trial to
+    it (judging that one past the budget raced with its failure: UpdateFinishedTrialError)."""
+    from rankitect.search import _optuna
+    from rankitect.search.shared_study import claim_budget
+
+    study_name = "claim-own"
+    space = ToySpace()
+    study = SharedStudy(storage, study_name).open(["minimize"])
+    arch = space.decode(space.sample(np.random.default_rng(0)))
+    sample = space.encode(arch)
+    ours = _optuna.record_trial(study, space, sample, {_optuna.HASH_ATTR: arch.hash})
+    theirs = _optuna.record_trial(study, space, sample, {_optuna.HASH_ATTR: arch.hash})  # not yet marked
+    assert claim_budget(storage, study_name, arch.hash, budget=1)  # ours is the first trial of one
+    trials = {t.number: t for t in _optuna.import_optuna().load_study(study_name=study_name, storage=storage).get_trials()}
+    assert trials[ours.number].state.name == "RUNNING"
+    assert trials[theirs.number].state.name == "RUNNING" and _optuna.OVER_BUDGET_ATTR not in trials[theirs.number].user_attrs
