@@ -113,6 +113,65 @@ def test_dnas_sets_the_clock_and_finished_searches_are_not_run_again(tmp_path: P
     assert calls == [("tpe", 100.0)]
 
 
+def test_a_search_another_process_claimed_is_left_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bench processes given the same seeds: the search one of them is running (its claim held)
+    is skipped by the other, which goes on to the next."""
+    args = argparse.Namespace(set=[], strategies=["dnas", "random"], min_budget=0.0, quick=False)
+    calls = []
+
+    def search(self: Any, data: str, seed: int, strategy: str, budget: float | None) -> dict[str, Any] | None:
+        calls.append((strategy, budget))
+        return record(tmp_path, strategy, seed, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c"))
+
+    monkeypatch.setattr(quality_bench.Bench, "search", search)
+    other = quality_bench.Results(tmp_path)
+    other.put("runs", "d/0/dnas", record(tmp_path, "dnas", 0, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c")))
+    with other.claim("d/0/random") as held:  # the other process is training random on seed 0
+        assert held
+        quality_bench.Bench(args, tmp_path, quality_bench.Results(tmp_path)).run_seed("d", 0)
+    assert calls == []
+    quality_bench.Bench(args, tmp_path, quality_bench.Results(tmp_path)).run_seed("d", 0)  # claim released
+    assert calls == [("random", 100.0)]
+
+
+def test_a_strategy_waits_for_the_clock_another_process_is_measuring(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``dnas`` search that sets seed 0's clock runs in another process: a process given only
+    ``random`` waits for it to end and then runs under its clock, instead of skipping the seed."""
+    import threading
+
+    args = argparse.Namespace(set=[], strategies=["random"], min_budget=0.0, quick=False)
+    calls, held, waiting = [], threading.Event(), threading.Event()
+
+    def search(self: Any, data: str, seed: int, strategy: str, budget: float | None) -> dict[str, Any] | None:
+        calls.append((strategy, budget))
+        return record(tmp_path, strategy, seed, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c"))
+
+    wait = quality_bench.Results.wait
+
+    def noted_wait(self: Any, key: str) -> dict[str, Any]:
+        waiting.set()
+        return wait(self, key)
+
+    monkeypatch.setattr(quality_bench.Bench, "search", search)
+    monkeypatch.setattr(quality_bench.Results, "wait", noted_wait)
+
+    def other_process() -> None:
+        other = quality_bench.Results(tmp_path)
+        with other.claim("d/0/dnas"):
+            held.set()
+            assert waiting.wait(60)  # the bench below found no clock and waits for this search
+            other.put("runs", "d/0/dnas", record(tmp_path, "dnas", 0, {"c": result(0.7, 0.7, 1.0)},
+                                                 ("candidate", "c")))
+
+    thread = threading.Thread(target=other_process)
+    thread.start()
+    assert held.wait(60)
+    quality_bench.Bench(args, tmp_path, quality_bench.Results(tmp_path)).run_seed("d", 0)
+    thread.join(60)
+    assert calls == [("random", 100.0)]
+
+
 def test_the_command_uses_the_cli_flags_and_each_key_once() -> None:
     opts = quality_bench.overrides(["search.strategy=tpe", "search.time_budget=90", "data.rows=10",
                                     "data.rows=20"])

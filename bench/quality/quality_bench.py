@@ -27,7 +27,10 @@ Prints per data set and seed the best baseline and each strategy's returned mode
 the best other strategy, and the ranking table; writes ``results.json`` (every search's Pareto
 table, the rows and summaries) and ``quality_<data>.png`` (test NE against MFLOPs) under ``--out``.
 Resumable: a (data, seed, strategy) or ranking already in ``results.json`` is not run again, and
-bench processes with different ``--data`` or ``--seeds`` may share one ``--out``.
+bench processes may share one ``--out``: each claims a search before it runs it (a lock under
+``--out/claims/`` held while it runs, released by the system when its process dies), so two
+processes given the same seeds never run one search twice; a process whose strategy needs a
+``dnas`` clock another process is still measuring waits for that search to end.
 """
 
 from __future__ import annotations
@@ -106,6 +109,35 @@ class Results:
                 self.data[part][key] = value
             self.write()
 
+    def reload(self) -> dict[str, Any]:
+        """Re-read the file (other processes' results included); returns its ``runs``."""
+        with self._locked():
+            self.data = self._read()
+        return self.data["runs"]
+
+    def _claim_path(self, key: str) -> Path:
+        folder = self.path.parent / "claims"
+        folder.mkdir(exist_ok=True)
+        return folder / (key.replace("/", "-") + ".lock")
+
+    @contextmanager
+    def claim(self, key: str) -> Iterator[bool]:
+        """Hold ``key`` while the ``with`` runs: yields False (and holds nothing) when another
+        process holds it. The lock dies with its process, so a killed bench leaves no claim."""
+        with open(self._claim_path(key), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+
+    def wait(self, key: str) -> dict[str, Any]:
+        """Wait until no process holds ``key``; returns the ``runs`` read then."""
+        with open(self._claim_path(key), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return self.reload()
+
     def refresh(self) -> None:
         """Re-read the file (other processes' results included) and rewrite its rows and summaries."""
         with self._locked():
@@ -183,36 +215,49 @@ class Bench:
                 "time_budget": opts.get("search.time_budget"), "command": line[1:], **read}
 
     def run_seed(self, data: str, seed: int) -> None:
-        """``dnas`` first (its search seconds are the clock), then every other strategy under it."""
-        runs = self.results.data["runs"]
+        """``dnas`` first (its search seconds are the clock), then every other strategy under it;
+        a search another bench process has claimed is left to it (:meth:`Results.claim`)."""
         clock_key = f"{label(data)}/{seed}/{report.CLOCK}"
         for strategy in self.args.strategies:
             key = f"{label(data)}/{seed}/{strategy}"
-            if key in runs:
-                continue
-            budget = None
-            if strategy != report.CLOCK:
-                if clock_key not in runs:
-                    print(f"{key}: skipped, no {report.CLOCK} search to set its clock", flush=True)
+            with self.results.claim(key) as mine:
+                if not mine:
+                    print(f"{key}: skipped, another bench process is running it", flush=True)
                     continue
-                budget = max(runs[clock_key]["search_s"] or runs[clock_key]["wall_s"], self.args.min_budget)
-            record = self.search(data, seed, strategy, budget)
-            if record is None:
-                self.results.put("failed", key, {"at": time.strftime("%Y-%m-%d %H:%M:%S")})
-            else:
-                self.results.put("runs", key, record)
-                self.results.put("failed", key, None)
-            runs = self.results.data["runs"]
+                runs = self.results.reload()
+                if key in runs:
+                    continue
+                budget = None
+                if strategy != report.CLOCK:
+                    if clock_key not in runs:
+                        runs = self.results.wait(clock_key)  # another process may be measuring it
+                    if clock_key not in runs:
+                        print(f"{key}: skipped, no {report.CLOCK} search to set its clock", flush=True)
+                        continue
+                    budget = max(runs[clock_key]["search_s"] or runs[clock_key]["wall_s"], self.args.min_budget)
+                record = self.search(data, seed, strategy, budget)
+                if record is None:
+                    self.results.put("failed", key, {"at": time.strftime("%Y-%m-%d %H:%M:%S")})
+                else:
+                    self.results.put("runs", key, record)
+                    self.results.put("failed", key, None)
 
     def ranking(self, data: str, seed: int) -> None:
-        """The supernet ranking of ``data`` and ``seed`` (:func:`bench.quality.supernet_ranking.one_run`)."""
+        """The supernet ranking of ``data`` and ``seed`` (:func:`bench.quality.supernet_ranking.one_run`),
+        unless ``results.json`` holds it or another bench process is running it."""
+        key = f"{label(data)}/{seed}"
+        if self.args.ranking_archs <= 0:
+            return
+        with self.results.claim(f"ranking/{key}") as mine:
+            self.results.reload()
+            if mine and key not in self.results.data["ranking"]:
+                self._ranking(data, seed, key)
+
+    def _ranking(self, data: str, seed: int, key: str) -> None:
         import torch
 
         from rankitect.config import load_config
 
-        key = f"{label(data)}/{seed}"
-        if self.args.ranking_archs <= 0 or key in self.results.data["ranking"]:
-            return
         quick = overrides(supernet_ranking.QUICK) if self.args.quick else {}  # its own smoke-run training
         opts = {**self.extra, **quick, **self.data_opts(data), "train.progress": "false"}  # the searches' data
         dnas = [f"search.dnas.{item}" for item in (supernet_ranking.QUICK_DNAS if self.args.quick else [])]
