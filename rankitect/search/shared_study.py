@@ -266,10 +266,22 @@ def release_running(storage: str, study_name: str | None, hashes: list[str], why
     resumed search may propose them again."""
     optuna = _optuna.import_optuna()
     study = load_shared_study(storage, study_name)
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] in hashes:
+    trials = study.get_trials(deepcopy=False)
+    for h in hashes:
+        t = own_running(trials, h)
+        if t is not None:
             optuna.trial.Trial(study, t._trial_id).set_user_attr(_optuna.STOPPED_ATTR, why)
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+
+def own_running(trials: list[Any], genotype_hash: str) -> Any:
+    """The running proposal of ``genotype_hash`` among ``trials`` that belongs to the process that
+    proposed it (None when there is none): the earliest. Another process that proposed the same
+    genotype a moment later holds a later trial until it marks it a duplicate and fails it; that
+    trial is neither ours to judge nor to fail."""
+    running = [t for t in trials if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == genotype_hash
+               and t.state.name == "RUNNING"]
+    return min(running, key=lambda t: t.number) if running else None
 
 
 def takes_budget(trial: Any) -> bool:
@@ -286,19 +298,14 @@ def claim_budget(storage: str, study_name: str | None, genotype_hash: str, budge
     the earlier proposals (by trial number) keep the budget, and a proposal past it is marked
     :data:`~rankitect.search._optuna.OVER_BUDGET_ATTR` and failed, and is never trained.
 
-    The proposal is the earliest running trial of ``genotype_hash``: another process that proposed
-    the same genotype a moment later holds a later trial until it marks that one a duplicate and
-    fails it, and that trial is neither ours to judge nor to fail.
+    The proposal is this process's own running trial of ``genotype_hash`` (:func:`own_running`).
     """
     optuna = _optuna.import_optuna()
     study = load_shared_study(storage, study_name)
     trials = study.get_trials(deepcopy=False)
-    running = optuna.trial.TrialState.RUNNING
-    mine = [t for t in trials
-            if _optuna.counts(t) and t.user_attrs[_optuna.HASH_ATTR] == genotype_hash and t.state == running]
-    if not mine:
+    proposal = own_running(trials, genotype_hash)
+    if proposal is None:
         return True
-    proposal = min(mine, key=lambda t: t.number)
     number = proposal.number
     if sum(1 for t in trials if takes_budget(t) and t.number < number) < budget:
         return True

@@ -116,9 +116,10 @@ def test_a_claim_judges_its_own_proposal_not_a_duplicate_still_being_marked(stor
     """A second process proposes the same genotype a moment after the first: until it marks its
     trial a duplicate and fails it, two running trials hold the hash. The first process's claim is
     judged on its own (earlier) trial, within the budget, and leaves the other process's trial to
-    it (judging that one past the budget raced with its failure: UpdateFinishedTrialError)."""
+    it (judging that one past the budget raced with its failure: UpdateFinishedTrialError); so does
+    giving back the first process's running trials when it is stopped."""
     from rankitect.search import _optuna
-    from rankitect.search.shared_study import claim_budget
+    from rankitect.search.shared_study import claim_budget, release_running
 
     study_name = "claim-own"
     space = ToySpace()
@@ -131,3 +132,7 @@ def test_a_claim_judges_its_own_proposal_not_a_duplicate_still_being_marked(stor
     trials = {t.number: t for t in _optuna.import_optuna().load_study(study_name=study_name, storage=storage).get_trials()}
     assert trials[ours.number].state.name == "RUNNING"
     assert trials[theirs.number].state.name == "RUNNING" and _optuna.OVER_BUDGET_ATTR not in trials[theirs.number].user_attrs
+    release_running(storage, study_name, [arch.hash], "SIGTERM")  # our process is stopped: ours alone is given back
+    trials = {t.number: t for t in _optuna.import_optuna().load_study(study_name=study_name, storage=storage).get_trials()}
+    assert trials[ours.number].state.name == "FAIL" and trials[ours.number].user_attrs[_optuna.STOPPED_ATTR] == "SIGTERM"
+    assert trials[theirs.number].state.name == "RUNNING" and _optuna.STOPPED_ATTR not in trials[theirs.number].user_attrs
