@@ -249,8 +249,11 @@ class Bench:
         if self.args.ranking_archs <= 0:
             return
         with self.results.claim(f"ranking/{key}") as mine:
+            if not mine:
+                print(f"{key}: supernet ranking skipped, another bench process is running it", flush=True)
+                return
             self.results.reload()
-            if mine and key not in self.results.data["ranking"]:
+            if key not in self.results.data["ranking"]:
                 self._ranking(data, seed, key)
 
     def _ranking(self, data: str, seed: int, key: str) -> None:
