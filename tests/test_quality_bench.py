@@ -134,6 +134,19 @@ def test_a_search_another_process_claimed_is_left_to_it(tmp_path: Path, monkeypa
     assert calls == [("random", 100.0)]
 
 
+def test_a_ranking_another_process_claimed_is_left_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = argparse.Namespace(set=[], ranking_archs=20, quick=False)
+    calls = []
+    monkeypatch.setattr(quality_bench.Bench, "_ranking", lambda self, data, seed, key: calls.append(key))
+    other = quality_bench.Results(tmp_path)
+    with other.claim("ranking/d/0") as held:
+        assert held
+        quality_bench.Bench(args, tmp_path, quality_bench.Results(tmp_path)).ranking("d", 0)
+    assert calls == []
+    quality_bench.Bench(args, tmp_path, quality_bench.Results(tmp_path)).ranking("d", 0)
+    assert calls == ["d/0"]
+
+
 def test_a_strategy_waits_for_the_clock_another_process_is_measuring(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The ``dnas`` search that sets seed 0's clock runs in another process: a process given only
