@@ -113,17 +113,24 @@ def test_dnas_sets_the_clock_and_finished_searches_are_not_run_again(tmp_path: P
     assert calls == [("tpe", 100.0)]
 
 
-def test_a_search_another_process_claimed_is_left_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two bench processes given the same seeds: the search one of them is running (its claim held)
-    is skipped by the other, which goes on to the next."""
-    args = argparse.Namespace(set=[], strategies=["dnas", "random"], min_budget=0.0, quick=False)
-    calls = []
+def recorded_searches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float | None]]:
+    """Replace the bench's CLI searches by one that records ``(strategy, budget)`` and returns a
+    finished search; returns the list it records into."""
+    calls: list[tuple[str, float | None]] = []
 
     def search(self: Any, data: str, seed: int, strategy: str, budget: float | None) -> dict[str, Any] | None:
         calls.append((strategy, budget))
         return record(tmp_path, strategy, seed, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c"))
 
     monkeypatch.setattr(quality_bench.Bench, "search", search)
+    return calls
+
+
+def test_a_search_another_process_claimed_is_left_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bench processes given the same seeds: the search one of them is running (its claim held)
+    is skipped by the other, which goes on to the next."""
+    args = argparse.Namespace(set=[], strategies=["dnas", "random"], min_budget=0.0, quick=False)
+    calls = recorded_searches(tmp_path, monkeypatch)
     other = quality_bench.Results(tmp_path)
     other.put("runs", "d/0/dnas", record(tmp_path, "dnas", 0, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c")))
     with other.claim("d/0/random") as held:  # the other process is training random on seed 0
@@ -154,19 +161,13 @@ def test_a_strategy_waits_for_the_clock_another_process_is_measuring(tmp_path: P
     import threading
 
     args = argparse.Namespace(set=[], strategies=["random"], min_budget=0.0, quick=False)
-    calls, held, waiting = [], threading.Event(), threading.Event()
-
-    def search(self: Any, data: str, seed: int, strategy: str, budget: float | None) -> dict[str, Any] | None:
-        calls.append((strategy, budget))
-        return record(tmp_path, strategy, seed, {"c": result(0.7, 0.7, 1.0)}, ("candidate", "c"))
-
+    calls, held, waiting = recorded_searches(tmp_path, monkeypatch), threading.Event(), threading.Event()
     wait = quality_bench.Results.wait
 
     def noted_wait(self: Any, key: str) -> dict[str, Any]:
         waiting.set()
         return wait(self, key)
 
-    monkeypatch.setattr(quality_bench.Bench, "search", search)
     monkeypatch.setattr(quality_bench.Results, "wait", noted_wait)
 
     def other_process() -> None:

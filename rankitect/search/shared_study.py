@@ -266,7 +266,7 @@ def release_running(storage: str, study_name: str | None, hashes: list[str], why
     resumed search may propose them again."""
     optuna = _optuna.import_optuna()
     study = load_shared_study(storage, study_name)
-    trials = study.get_trials(deepcopy=False)
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for h in hashes:
         t = own_running(trials, h)
         if t is not None:

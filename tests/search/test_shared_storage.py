@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,11 +129,14 @@ def test_a_claim_judges_its_own_proposal_not_a_duplicate_still_being_marked(stor
     sample = space.encode(arch)
     ours = _optuna.record_trial(study, space, sample, {_optuna.HASH_ATTR: arch.hash})
     theirs = _optuna.record_trial(study, space, sample, {_optuna.HASH_ATTR: arch.hash})  # not yet marked
+    def stored() -> dict[int, Any]:
+        return {t.number: t for t in _optuna.import_optuna().load_study(study_name=study_name, storage=storage).get_trials()}
+
     assert claim_budget(storage, study_name, arch.hash, budget=1)  # ours is the first trial of one
-    trials = {t.number: t for t in _optuna.import_optuna().load_study(study_name=study_name, storage=storage).get_trials()}
+    trials = stored()
     assert trials[ours.number].state.name == "RUNNING"
     assert trials[theirs.number].state.name == "RUNNING" and _optuna.OVER_BUDGET_ATTR not in trials[theirs.number].user_attrs
     release_running(storage, study_name, [arch.hash], "SIGTERM")  # our process is stopped: ours alone is given back
-    trials = {t.number: t for t in _optuna.import_optuna().load_study(study_name=study_name, storage=storage).get_trials()}
+    trials = stored()
     assert trials[ours.number].state.name == "FAIL" and trials[ours.number].user_attrs[_optuna.STOPPED_ATTR] == "SIGTERM"
     assert trials[theirs.number].state.name == "RUNNING" and _optuna.STOPPED_ATTR not in trials[theirs.number].user_attrs
