@@ -72,7 +72,7 @@ RANGES: dict[str, Range] = {
     "search.oneshot.children": AT_LEAST_0, "search.oneshot.finetune_batches": AT_LEAST_1,
     "search.oneshot.finetune_steps": AT_LEAST_0, "search.oneshot.score_batches": AT_LEAST_1,
     **_supernet_ranges("search.dnas"), "search.dnas.weights_only_steps": AT_LEAST_0,
-    "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
+    "search.dnas.stable_steps": AT_LEAST_0, "search.dnas.patience": AT_LEAST_0, "search.dnas.arch_every": AT_LEAST_1,
     "search.dnas.arch_lr": POSITIVE, "search.dnas.start_logit": AT_LEAST_0,
     "search.dnas.gumbel.tau_start": POSITIVE, "search.dnas.gumbel.tau_end": POSITIVE,
     "search.dnas.reinforce.samples": Range(2),  # each path is scored against the others

@@ -316,3 +316,98 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     resumed.load_state_dict(state)
     resumed.start(replace(context, finished=seen))
     assert (resumed.ask(), resumed.ask()) == (third, fourth)  # the turns go on where they were
+
+
+def test_once_the_climb_stalls_samples_of_the_space_take_every_other_turn(data: ClickData, monkeypatch) -> None:
+    """After ``patience`` proposals told without a new best by objective, every other proposal is a
+    uniform sample of the whole space within the FLOPs target (the first untried one drawn, without
+    a surrogate), the other a change as before; a sample that becomes the best ends the samples and
+    is the next origin. The turns survive a resume; ``patience: 0`` never samples."""
+    from rankitect.eval.result import TrialResult
+    from rankitect.search.base import SearchContext
+    from rankitect.search.strategies.dnas import DnasSearch
+
+    space = three_slots()
+
+    def mflops(arch: Architecture) -> float:
+        return cost(arch, data.spec).flops / 1e6
+
+    baseline = space.decode(space.sample(np.random.default_rng(1)))
+    target = mflops(baseline)
+    weights = ArchitectureWeights(space)
+    with torch.no_grad():
+        for i, a in enumerate(weights.logits):
+            a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(i)))
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
+    context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
+                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+    objective = Objective(target_mflops=target)
+
+    def searched(patience: int) -> DnasSearch:
+        strategy = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=patience))
+        strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=target))
+        strategy.start(context)
+        return strategy
+
+    def first_sample(seen: set[str]) -> Architecture:  # by hand: the strategy's draws, from its seed
+        rng = np.random.default_rng(7)
+        while True:
+            arch = space.decode(space.sample(rng))
+            if arch.hash not in seen and within(arch):
+                return arch
+
+    def worse(arch: Architecture) -> TrialResult:
+        return TrialResult(val_ne=0.9, mflops=mflops(arch))
+
+    def within(arch: Architecture) -> bool:
+        return mflops(arch) <= target * (1 + 1e-9)
+
+    def simpler(arch: Architecture) -> bool:  # than the baseline, the origin while nothing beats it
+        return mflops(arch) < target
+
+    strategy = searched(patience=2)
+    argmax = strategy.ask()
+    strategy.tell(argmax, worse(argmax))
+    seen = {baseline.hash, argmax.hash}
+    changes = []
+    for _ in range(2):  # two proposals without a new best: patience reached
+        change = strategy.ask()
+        assert strategy.prunable and change.hash not in seen
+        changes.append(change)
+        seen.add(change.hash)
+        strategy.tell(change, worse(change))
+    sample = strategy.ask()
+    assert sample == first_sample(seen) and within(sample) and strategy.prunable
+    assert all(sample != _preferred_change(space, weights, baseline, seen - {c.hash}) for c in changes)
+    seen.add(sample.hash)
+    strategy.tell(sample, worse(sample))
+    third = strategy.ask()  # still stalled: a change takes the next turn, any change after a simplification
+    assert third == _preferred_change(space, weights, baseline, seen)
+    seen.add(third.hash)
+    strategy.tell(third, worse(third))
+    state = json.loads(json.dumps(strategy.state_dict()))
+    second_sample = strategy.ask()
+    assert second_sample.hash not in seen and second_sample not in [
+        _preferred_change(space, weights, baseline, seen), _preferred_change(space, weights, baseline, seen, keep=simpler)]
+    seen.add(second_sample.hash)
+    strategy.tell(second_sample, TrialResult(val_ne=0.5, mflops=mflops(second_sample)))  # the new best
+    after = strategy.ask()  # the climb goes on from the sample (a simplification's turn), and no sample follows
+    assert after == _first_change(space, weights, [second_sample, baseline], seen,
+                                  keep=lambda arch, origin: mflops(arch) < mflops(origin) and within(arch))
+
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
+    resumed = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=2))
+    resumed.load_state_dict(state)
+    resumed.start(replace(context, finished=seen - {second_sample.hash}))
+    assert resumed.ask() == second_sample  # a sample's turn, drawn as it was
+
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
+    never = searched(patience=0)
+    told = {baseline.hash}
+    for _ in range(8):
+        arch = never.ask()
+        origin_changes = {_preferred_change(space, weights, baseline, told),
+                          _preferred_change(space, weights, baseline, told, keep=simpler)}
+        assert arch in origin_changes or arch == argmax  # changes of the baseline only
+        told.add(arch.hash)
+        never.tell(arch, worse(arch))

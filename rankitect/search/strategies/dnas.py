@@ -10,7 +10,8 @@ a ``supernet`` child run.
 
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
 scored on the test split; then the retraining goes on, around the best architecture retrained so
-far, the changes the architecture weights prefer first (:class:`DnasSearch`), until
+far, the changes the architecture weights prefer first (:class:`DnasSearch`), with samples of the
+whole space taking turns once ``search.dnas.patience`` proposals bring no new best, until
 ``search.trials`` are trained (or a time budget is spent).
 """
 
@@ -31,6 +32,8 @@ from rankitect.space.architecture import Architecture
 from rankitect.supernet.dnas_phase import dnas_phase
 from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
+
+SAMPLE_TRIES = 256  # uniform samples of the space drawn per sample proposal of the climb, at most
 
 
 @register_strategy("dnas")
@@ -57,6 +60,12 @@ class DnasSearch(Guided, PlanProposer):
     data sets; ties in the weights' order), by a surrogate fitted on every trained model, baselines and
     pruned changes included.
 
+    Once the climb stalls (``search.dnas.patience`` proposals told without a new best by
+    objective), every other proposal is the surrogate's best of uniform samples of the whole space
+    within the FLOPs target, until a new best is found (:meth:`_climb`): what lies beyond one change
+    of every trained model, or behind an option none of them holds, is reached as ``random`` reaches
+    it, while a climb that keeps finding better models runs as before.
+
     Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
     """
@@ -75,6 +84,9 @@ class DnasSearch(Guided, PlanProposer):
         self._data: Any = None  # the search's data, for the MFLOPs of a change (set by start)
         self._mflops: dict[str, float] = {}  # of changes considered, by genotype hash
         self._known: list[tuple[Architecture, float]] = []  # trained baselines and their val NE
+        self._best: str | None = None  # the best trained architecture by objective, when last told
+        self._stall = 0  # proposals told since the best by objective last changed (see _climb)
+        self._sampled = False  # the last proposal of the climb was a sample of the space
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -150,7 +162,8 @@ class DnasSearch(Guided, PlanProposer):
         return arch
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
-        """The next untried one-choice change of the best trained architecture that has one left.
+        """The next proposal after the supernet's: a one-choice change of the best trained
+        architecture that has one left, or, once the climb stalls, a sample of the whole space.
 
         Two kinds of change take turns: any change (the penalty weighs what it costs), and a
         simplification, a change that costs less than its origin and no more than the FLOPs target
@@ -161,8 +174,22 @@ class DnasSearch(Guided, PlanProposer):
         the winner's rule returns (the cheapest candidate within the noise of the best,
         :mod:`rankitect.search.selection`); the first kind grows a model as readily as it shrinks
         it. A kind with nothing left gives its turn to the other.
+
+        Changes move one choice at a time, and the surrogate predicts an option no trained model
+        holds as its origin, so a better model several choices away, or one choice away through an
+        option nobody tried, is out of the climb's reach. Once ``search.dnas.patience`` proposals
+        are told without a new best by objective, every other proposal is instead the surrogate's
+        best of uniform samples of the space within the target (:meth:`_sample`), until a new best
+        is found (a sample that wins becomes the next origin). Where the climb keeps finding better
+        models it is left alone. A sample is also proposed once no change is left.
         """
         seen = self._done | self._pending | self.trained
+        stalled = 0 < self.config.patience <= self._stall
+        if stalled and not self._sampled:
+            arch = self._propose_sample(seen)
+            if arch is not None:
+                return arch
+        self._sampled = False
         simplify_first = self._climbs % 2 == 1
         for cheaper in (simplify_first, not simplify_first):
             found = self._change(weights, seen, cheaper)
@@ -175,7 +202,43 @@ class DnasSearch(Guided, PlanProposer):
                           else f", cheaper, at no more than {target:.4g} MFLOPs")
                 self._echo(f"dnas: retraining {arch.hash} from scratch (a change of {origin.hash}{within})")
                 return arch
-        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed")
+        arch = self._propose_sample(seen)
+        if arch is not None:
+            return arch
+        raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed, "
+                             "and no sample of the space within the FLOPs target is untried")
+
+    def _propose_sample(self, seen: set[str]) -> Architecture | None:
+        """Ask :meth:`_sample` (None when it finds none), said with why."""
+        arch = self._sample(seen)
+        if arch is None:
+            return None
+        self._sampled = True
+        self._pending.add(arch.hash)
+        target = self.objective.target_mflops
+        within = "" if target is None else f", at no more than {target:.4g} MFLOPs"
+        self._echo(f"dnas: retraining {arch.hash} from scratch (a sample of the space{within}; "
+                   f"{self._stall} proposals told without a new best)")
+        return arch
+
+    def _sample(self, seen: set[str]) -> Architecture | None:
+        """Of up to ``candidates_now()`` uniform samples of the space, untried and at no more than the
+        FLOPs target (if any), the one the surrogate ranks best; None when ``SAMPLE_TRIES`` hold none."""
+        target, drawn = self.objective.target_mflops, {}
+        for _ in range(SAMPLE_TRIES):
+            try:
+                arch = self.space.decode(self.space.sample(self.rng))
+            except ValueError:
+                continue
+            if arch.hash in seen or arch.hash in drawn or (target is not None and not at_most(self.mflops(arch), target)):
+                continue
+            drawn[arch.hash] = arch
+            if len(drawn) >= self.candidates_now():
+                break
+        if not drawn:
+            return None
+        found = list(drawn.values())
+        return found[self.pick(found)]
 
     def _change(self, weights: ArchitectureWeights, seen: set[str],
                 cheaper: bool) -> tuple[Architecture, Architecture] | None:
@@ -218,10 +281,15 @@ class DnasSearch(Guided, PlanProposer):
         super().tell(arch, result)
         self.score(arch, result)
         self.learn(arch, result)
+        ranked = self.ranked()
+        best = ranked[0].hash if ranked else None
+        self._stall = 0 if best != self._best else self._stall + 1
+        self._best = best
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["climbs"] = self._climbs
+        state["stall"] = [self._best, self._stall, self._sampled]
         state.update(self.guide_state())
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
@@ -230,6 +298,8 @@ class DnasSearch(Guided, PlanProposer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
+        best, stall, sampled = state.get("stall", [None, 0, False])
+        self._best, self._stall, self._sampled = best, int(stall), bool(sampled)
         self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
