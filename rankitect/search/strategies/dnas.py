@@ -27,13 +27,14 @@ from rankitect.eval.objective import Objective, at_most
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import SearchContext, Space, SpaceExhausted, register_strategy
 from rankitect.search.plan_proposer import PlanProposer
+from rankitect.search.strategies.random import draw_new
 from rankitect.search.surrogate import Guide, Guided
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.dnas_phase import dnas_phase
 from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
 
-SAMPLE_TRIES = 256  # uniform samples of the space drawn per sample proposal of the climb, at most
+SAMPLE_TRIES = 256  # uniform samples of the space drawn for each one kept by a sample proposal of the climb, at most
 
 
 @register_strategy("dnas")
@@ -223,21 +224,16 @@ class DnasSearch(Guided, PlanProposer):
 
     def _sample(self, seen: set[str]) -> Architecture | None:
         """Of up to ``candidates_now()`` uniform samples of the space, untried and at no more than the
-        FLOPs target (if any), the one the surrogate ranks best; None when ``SAMPLE_TRIES`` hold none."""
-        target, drawn = self.objective.target_mflops, {}
-        for _ in range(SAMPLE_TRIES):
-            try:
-                arch = self.space.decode(self.space.sample(self.rng))
-            except ValueError:
-                continue
-            if arch.hash in seen or arch.hash in drawn or (target is not None and not at_most(self.mflops(arch), target)):
-                continue
-            drawn[arch.hash] = arch
-            if len(drawn) >= self.candidates_now():
-                break
-        if not drawn:
+        FLOPs target (if any), the one the surrogate ranks best (``random``'s draw,
+        :func:`~rankitect.search.strategies.random.draw_new`); None when ``SAMPLE_TRIES`` draws
+        find none."""
+        target = self.objective.target_mflops
+        try:
+            drawn = draw_new(self.space, self.rng, seen, SAMPLE_TRIES, self.candidates_now(),
+                             keep=None if target is None else lambda arch: at_most(self.mflops(arch), target))
+        except SpaceExhausted:
             return None
-        found = list(drawn.values())
+        found = [arch for arch, _, _ in drawn]
         return found[self.pick(found)]
 
     def _change(self, weights: ArchitectureWeights, seen: set[str],

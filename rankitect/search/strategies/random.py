@@ -7,6 +7,7 @@ samples and trains the one the surrogate, fitted on every finished trial, ranks 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rankitect.eval.objective import Objective
@@ -22,25 +23,28 @@ if TYPE_CHECKING:
     from rankitect.space import Architecture
 
 
-def sample_new(space: Space, rng: Any, seen: set[str], max_retries: int) -> tuple[Architecture, str, dict]:
-    """A uniform sample whose genotype hash is not in ``seen``: ``(arch, hash, sample)``."""
+def sample_new(space: Space, rng: Any, seen: set[str], max_retries: int,
+               keep: Callable[[Architecture], bool] | None = None) -> tuple[Architecture, str, dict]:
+    """A uniform sample whose genotype hash is not in ``seen`` (and that ``keep`` accepts, where
+    given): ``(arch, hash, sample)``."""
     for _ in range(max_retries):
         sample = space.sample(rng)
         arch = space.decode(sample)
         h = arch_hash(arch)
-        if h not in seen:
+        if h not in seen and (keep is None or keep(arch)):
             return arch, h, sample
     raise SpaceExhausted(f"no new architecture in {max_retries} random samples ({len(seen)} seen)")
 
 
-def draw_new(space: Space, rng: Any, seen: set[str], max_retries: int, k: int) -> list[tuple[Architecture, str, dict]]:
-    """Up to ``k`` uniform samples new to ``seen`` and to each other (:func:`sample_new`); fewer
-    when the space runs out, none only by raising ``SpaceExhausted``."""
+def draw_new(space: Space, rng: Any, seen: set[str], max_retries: int, k: int,
+             keep: Callable[[Architecture], bool] | None = None) -> list[tuple[Architecture, str, dict]]:
+    """Up to ``k`` uniform samples new to ``seen`` and to each other (:func:`sample_new`, with
+    ``keep``); fewer when the space runs out, none only by raising ``SpaceExhausted``."""
     found: list[tuple[Architecture, str, dict]] = []
     taken = set(seen)
     for _ in range(k):
         try:
-            arch, h, sample = sample_new(space, rng, taken, max_retries)
+            arch, h, sample = sample_new(space, rng, taken, max_retries, keep)
         except SpaceExhausted:
             if found:
                 break
