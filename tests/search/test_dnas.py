@@ -318,11 +318,13 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     assert (resumed.ask(), resumed.ask()) == (third, fourth)  # the turns go on where they were
 
 
-def test_once_the_climb_stalls_samples_of_the_space_take_every_other_turn(data: ClickData, monkeypatch) -> None:
+def test_once_the_climb_stalls_samples_and_shakes_take_turns_with_changes(data: ClickData, monkeypatch) -> None:
     """After ``patience`` proposals told without a new best by objective, every other proposal is a
-    uniform sample of the whole space within the FLOPs target (the first untried one drawn, without
-    a surrogate), the other a change as before; a sample that becomes the best ends the samples and
-    is the next origin. The turns survive a resume; ``patience: 0`` never samples."""
+    uniform sample of the whole space within the FLOPs target (the first untried one drawn, without a
+    surrogate), and of the others, every other one a change as before and every other one a shake: a
+    ``k``-choice change of the best within the target (the first untried one drawn), ``k`` = 2, then 3
+    after a shake that finds no new best. A shake (or sample) that becomes the best ends them and is
+    the next origin. The turns survive a resume; ``patience: 0`` never leaves the climb."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
@@ -339,8 +341,9 @@ def test_once_the_climb_stalls_samples_of_the_space_take_every_other_turn(data: 
         for i, a in enumerate(weights.logits):
             a.copy_(torch.randn(a.shape, generator=torch.Generator().manual_seed(i)))
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
+    said: list[str] = []
     context = SearchContext(data=data, train_cfg=TRAIN, seed=0, memory_budget=None, flops_range=None,
-                            tracker=_NoTracker(), parent_run_id="parent", echo=lambda line: None)
+                            tracker=_NoTracker(), parent_run_id="parent", echo=said.append)
     objective = Objective(target_mflops=target)
 
     def searched(patience: int) -> DnasSearch:
@@ -349,8 +352,15 @@ def test_once_the_climb_stalls_samples_of_the_space_take_every_other_turn(data: 
         strategy.start(context)
         return strategy
 
-    def first_sample(seen: set[str]) -> Architecture:  # by hand: the strategy's draws, from its seed
-        rng = np.random.default_rng(7)
+    rng = np.random.default_rng(7)  # by hand: the strategy's draws, from its seed, in its order
+
+    def first_shake(k: int, seen: set[str]) -> Architecture:
+        while True:
+            arch = space.mutate(baseline, rng, k)
+            if arch.hash not in seen and within(arch):
+                return arch
+
+    def first_sample(seen: set[str]) -> Architecture:
         while True:
             arch = space.decode(space.sample(rng))
             if arch.hash not in seen and within(arch):
@@ -365,40 +375,67 @@ def test_once_the_climb_stalls_samples_of_the_space_take_every_other_turn(data: 
     def simpler(arch: Architecture) -> bool:  # than the baseline, the origin while nothing beats it
         return mflops(arch) < target
 
+    def changes_of_baseline(seen: set[str]) -> list[Architecture]:
+        return [_preferred_change(space, weights, baseline, seen),
+                _preferred_change(space, weights, baseline, seen, keep=simpler)]
+
     strategy = searched(patience=2)
     argmax = strategy.ask()
     strategy.tell(argmax, worse(argmax))
     seen = {baseline.hash, argmax.hash}
-    changes = []
+
+    def next_turn() -> Architecture:
+        arch = strategy.ask()
+        assert strategy.prunable and arch.hash not in seen
+        seen.add(arch.hash)
+        return arch
+
     for _ in range(2):  # two proposals without a new best: patience reached
-        change = strategy.ask()
-        assert strategy.prunable and change.hash not in seen
-        changes.append(change)
-        seen.add(change.hash)
+        change = next_turn()
         strategy.tell(change, worse(change))
     sample = strategy.ask()
-    assert sample == first_sample(seen) and within(sample) and strategy.prunable
-    assert all(sample != _preferred_change(space, weights, baseline, seen - {c.hash}) for c in changes)
+    assert sample == first_sample(seen) and within(sample) and "a sample of the space" in said[-1]
+    assert sample not in changes_of_baseline(seen)
     seen.add(sample.hash)
     strategy.tell(sample, worse(sample))
-    third = strategy.ask()  # still stalled: a change takes the next turn, any change after a simplification
-    assert third == _preferred_change(space, weights, baseline, seen)
-    seen.add(third.hash)
+    third = next_turn()  # still stalled: a change takes the next turn, any change after a simplification
+    assert third == _preferred_change(space, weights, baseline, seen - {third.hash})
     strategy.tell(third, worse(third))
-    state = json.loads(json.dumps(strategy.state_dict()))
+    state, told_then = json.loads(json.dumps(strategy.state_dict())), set(seen)
     second_sample = strategy.ask()
-    assert second_sample.hash not in seen and second_sample not in [
-        _preferred_change(space, weights, baseline, seen), _preferred_change(space, weights, baseline, seen, keep=simpler)]
+    assert second_sample == first_sample(seen) and "a sample of the space" in said[-1]
     seen.add(second_sample.hash)
-    strategy.tell(second_sample, TrialResult(val_ne=0.5, mflops=mflops(second_sample)))  # the new best
-    after = strategy.ask()  # the climb goes on from the sample (a simplification's turn), and no sample follows
-    assert after == _first_change(space, weights, [second_sample, baseline], seen,
-                                  keep=lambda arch, origin: mflops(arch) < mflops(origin) and within(arch))
+    strategy.tell(second_sample, worse(second_sample))
+    shake = strategy.ask()  # the next change's turn is a shake: a 2-choice change of the best
+    assert shake == first_shake(2, seen) and within(shake) and f"a 2-choice change of {baseline.hash}" in said[-1]
+    seen.add(shake.hash)
+    strategy.tell(shake, worse(shake))
+    for expected in ("a sample of the space", "a change of", "a sample of the space"):
+        before = set(seen)
+        arch = next_turn()
+        assert expected in said[-1] and (expected == "a change of" or arch == first_sample(before))
+        strategy.tell(arch, worse(arch))
+    wider = strategy.ask()  # a shake again, one choice wider: the first found no new best
+    assert wider == first_shake(3, seen) and f"a 3-choice change of {baseline.hash}" in said[-1]
+    seen.add(wider.hash)
+    strategy.tell(wider, TrialResult(val_ne=0.5, mflops=mflops(wider)))  # the new best
+    after = strategy.ask()  # the climb goes on from it, and no sample or shake follows
+    assert f"a change of {wider.hash}" in said[-1] and after in [
+        _preferred_change(space, weights, wider, seen),
+        _preferred_change(space, weights, wider, seen, keep=lambda arch: mflops(arch) < mflops(wider) and within(arch))]
+    seen.add(after.hash)
+    strategy.tell(after, worse(after))
+    for expected in ("a change of", "a sample of the space", "a change of", "a sample of the space",
+                     f"a 2-choice change of {wider.hash}"):  # stalled again: the turns start over
+        before = set(seen)
+        arch = next_turn()
+        assert expected in said[-1] and (expected != "a sample of the space" or arch == first_sample(before))
+        strategy.tell(arch, worse(arch))
 
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
     resumed = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=2))
     resumed.load_state_dict(state)
-    resumed.start(replace(context, finished=seen - {second_sample.hash}))
+    resumed.start(replace(context, finished=told_then))
     assert resumed.ask() == second_sample  # a sample's turn, drawn as it was
 
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)

@@ -11,8 +11,8 @@ a ``supernet`` child run.
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
 scored on the test split; then the retraining goes on, around the best architecture retrained so
 far, the changes the architecture weights prefer first (:class:`DnasSearch`), with samples of the
-whole space taking turns once ``search.dnas.patience`` proposals bring no new best, until
-``search.trials`` are trained (or a time budget is spent).
+whole space and wider changes of the best taking turns once ``search.dnas.patience`` proposals
+bring no new best, until ``search.trials`` are trained (or a time budget is spent).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from rankitect.supernet.dnas_phase import dnas_phase
 from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
 
-SAMPLE_TRIES = 256  # uniform samples of the space drawn for each one kept by a sample proposal of the climb, at most
+SAMPLE_TRIES = 256  # draws of a shake at most; uniform samples drawn for each one a sample proposal keeps, at most
 
 
 @register_strategy("dnas")
@@ -62,10 +62,12 @@ class DnasSearch(Guided, PlanProposer):
     pruned changes included.
 
     Once the climb stalls (``search.dnas.patience`` proposals told without a new best by
-    objective), every other proposal is the surrogate's best of uniform samples of the whole space
-    within the FLOPs target, until a new best is found (:meth:`_climb`): what lies beyond one change
-    of every trained model, or behind an option none of them holds, is reached as ``random`` reaches
-    it, while a climb that keeps finding better models runs as before.
+    objective), until a new best is found (:meth:`_climb`), every other proposal is the surrogate's
+    best of uniform samples of the whole space within the FLOPs target, and every other change a
+    shake, its best of several-choice changes of the best architecture within the target (wider
+    after each). What lies behind an option no trained model holds, or a few interacting choices
+    away, is reached as ``random`` and ``evolution`` reach it, while a climb that keeps finding
+    better models runs as before.
 
     Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
@@ -87,7 +89,7 @@ class DnasSearch(Guided, PlanProposer):
         self._known: list[tuple[Architecture, float]] = []  # trained baselines and their val NE
         self._best: str | None = None  # the best trained architecture by objective, when last told
         self._stall = 0  # proposals told since the best by objective last changed (see _climb)
-        self._sampled = False  # the last proposal of the climb was a sample of the space
+        self._turns = 0  # proposals asked since the climb stalled, until a new best (see _climb)
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -164,7 +166,8 @@ class DnasSearch(Guided, PlanProposer):
 
     def _climb(self, weights: ArchitectureWeights) -> Architecture:
         """The next proposal after the supernet's: a one-choice change of the best trained
-        architecture that has one left, or, once the climb stalls, a sample of the whole space.
+        architecture that has one left, or, once the climb stalls, a sample of the whole space or a
+        several-choice change of the best.
 
         Two kinds of change take turns: any change (the penalty weighs what it costs), and a
         simplification, a change that costs less than its origin and no more than the FLOPs target
@@ -179,18 +182,24 @@ class DnasSearch(Guided, PlanProposer):
         Changes move one choice at a time, and the surrogate predicts an option no trained model
         holds as its origin, so a better model several choices away, or one choice away through an
         option nobody tried, is out of the climb's reach. Once ``search.dnas.patience`` proposals
-        are told without a new best by objective, every other proposal is instead the surrogate's
-        best of uniform samples of the space within the target (:meth:`_sample`), until a new best
-        is found (a sample that wins becomes the next origin). Where the climb keeps finding better
-        models it is left alone. A sample is also proposed once no change is left.
+        are told without a new best by objective, the climb has stalled, and until a new best is
+        found (which becomes the next origin) every other proposal is the surrogate's best of
+        uniform samples of the space within the target (:meth:`_sample`), and every other change is
+        a shake (:meth:`_shake`): the surrogate's best of ``k``-choice changes of the best
+        architecture within the target, ``k`` = 2, 3, ... one wider after each shake, as a variable
+        neighbourhood search widens its neighbourhood after each that fails (Mladenovic and Hansen,
+        1997). Samples reach what lies behind an option no trained model holds, shakes what lies a
+        few interacting choices from the best (learning rates with the widths they suit). Where the
+        climb keeps finding better models it is left alone. A sample is also proposed once no
+        change is left.
         """
         seen = self._done | self._pending | self.trained
-        stalled = 0 < self.config.patience <= self._stall
-        if stalled and not self._sampled:
-            arch = self._propose_sample(seen)
+        if 0 < self.config.patience <= self._stall:  # stalled: sample, change, sample, shake, ...
+            turn, self._turns = self._turns, self._turns + 1
+            arch = (self._propose_sample(seen) if turn % 2 == 0
+                    else self._propose_shake(seen, 2 + turn // 4) if turn % 4 == 3 else None)
             if arch is not None:
                 return arch
-        self._sampled = False
         simplify_first = self._climbs % 2 == 1
         for cheaper in (simplify_first, not simplify_first):
             found = self._change(weights, seen, cheaper)
@@ -209,18 +218,49 @@ class DnasSearch(Guided, PlanProposer):
         raise SpaceExhausted("dnas: every one-choice change of every trained architecture was proposed, "
                              "and no sample of the space within the FLOPs target is untried")
 
+    def _propose_shake(self, seen: set[str], k: int) -> Architecture | None:
+        """Ask :meth:`_shake` of the best trained architecture (None when it finds none), said with why."""
+        ranked = self.ranked()
+        arch = self._shake(ranked[0], k, seen) if ranked else None
+        return None if arch is None else self._proposed(arch, f"a {k}-choice change of {ranked[0].hash}")
+
     def _propose_sample(self, seen: set[str]) -> Architecture | None:
         """Ask :meth:`_sample` (None when it finds none), said with why."""
         arch = self._sample(seen)
         if arch is None:
             return None
-        self._sampled = True
+        return self._proposed(arch, "a sample of the space")
+
+    def _proposed(self, arch: Architecture, what: str) -> Architecture:
+        """Note a sample's or a shake's ``arch`` as proposed, and say so."""
         self._pending.add(arch.hash)
         target = self.objective.target_mflops
         within = "" if target is None else f", at no more than {target:.4g} MFLOPs"
-        self._echo(f"dnas: retraining {arch.hash} from scratch (a sample of the space{within}; "
+        self._echo(f"dnas: retraining {arch.hash} from scratch ({what}{within}; "
                    f"{self._stall} proposals told without a new best)")
         return arch
+
+    def _shake(self, origin: Architecture, k: int, seen: set[str]) -> Architecture | None:
+        """Of up to ``candidates_now()`` ``k``-choice changes of ``origin`` (``space.mutate``), untried
+        and at no more than the FLOPs target (if any), the one the surrogate ranks best; None when
+        ``SAMPLE_TRIES`` draws find none, or ``origin`` is not in the space."""
+        target = self.objective.target_mflops
+        found: dict[str, Architecture] = {}
+        for _ in range(SAMPLE_TRIES):
+            if len(found) >= self.candidates_now():
+                break
+            try:
+                arch = self.space.mutate(origin, self.rng, k)
+            except ValueError:
+                return None
+            if arch.hash in seen or arch.hash in found:
+                continue
+            if target is None or at_most(self.mflops(arch), target):
+                found[arch.hash] = arch
+        if not found:
+            return None
+        archs = list(found.values())
+        return archs[self.pick(archs)]
 
     def _sample(self, seen: set[str]) -> Architecture | None:
         """Of up to ``candidates_now()`` uniform samples of the space, untried and at no more than the
@@ -279,13 +319,16 @@ class DnasSearch(Guided, PlanProposer):
         self.learn(arch, result)
         ranked = self.ranked()
         best = ranked[0].hash if ranked else None
-        self._stall = 0 if best != self._best else self._stall + 1
+        if best != self._best:
+            self._stall = self._turns = 0
+        else:
+            self._stall += 1
         self._best = best
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["climbs"] = self._climbs
-        state["stall"] = [self._best, self._stall, self._sampled]
+        state["stall"] = [self._best, self._stall, self._turns]
         state.update(self.guide_state())
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
@@ -294,8 +337,8 @@ class DnasSearch(Guided, PlanProposer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
-        best, stall, sampled = state.get("stall", [None, 0, False])
-        self._best, self._stall, self._sampled = best, int(stall), bool(sampled)
+        best, stall, turns = state.get("stall", [None, 0, 0])
+        self._best, self._stall, self._turns = best, int(stall), int(turns)  # an older state's 3rd: a sample was last
         self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
