@@ -189,9 +189,8 @@ class DnasSearch(Guided, PlanProposer):
         architecture within the target, ``k`` = 2, 3, ... one wider after each shake, as a variable
         neighbourhood search widens its neighbourhood after each that fails (Mladenovic and Hansen,
         1997). Samples reach what lies behind an option no trained model holds, shakes what lies a
-        few interacting choices from the best (learning rates with the widths they suit). Where the
-        climb keeps finding better models it is left alone. A sample is also proposed once no
-        change is left.
+        few interacting choices from the best. Where the climb keeps finding better models it is
+        left alone. A sample is also proposed once no change is left.
         """
         seen = self._done | self._pending | self.trained
         if 0 < self.config.patience <= self._stall:  # stalled: sample, change, sample, shake, ...
