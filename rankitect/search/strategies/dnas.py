@@ -337,7 +337,7 @@ class DnasSearch(Guided, PlanProposer):
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
         best, stall, turns = state.get("stall", [None, 0, 0])
-        self._best, self._stall, self._turns = best, int(stall), int(turns)  # an older state's 3rd: a sample was last
+        self._best, self._stall, self._turns = best, int(stall), int(turns)  # an older state's bool "sampled": 1 = a change is due
         self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
