@@ -318,13 +318,57 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     assert (resumed.ask(), resumed.ask()) == (third, fourth)  # the turns go on where they were
 
 
-def test_once_the_climb_stalls_samples_and_shakes_take_turns_with_changes(data: ClickData, monkeypatch) -> None:
-    """After ``patience`` proposals told without a new best by objective, every other proposal is a
-    uniform sample of the whole space within the FLOPs target (the first untried one drawn, without a
-    surrogate), and of the others, every other one a change as before and every other one a shake: a
-    ``k``-choice change of the best within the target (the first untried one drawn), ``k`` = 2, then 3
-    after a shake that finds no new best. A shake (or sample) that becomes the best ends them and is
-    the next origin. The turns survive a resume; ``patience: 0`` never leaves the climb."""
+def _beta_max_probabilities(params: list[tuple[int, int]], grid: int = 200_001) -> list[float]:
+    """By hand: for independent ``Beta(a, b)`` draws, the probability that each is the largest,
+    ``P_i = integral of f_i(x) * prod_j!=i F_j(x) dx``, on a grid of ``[0, 1]`` (pdfs from the
+    textbook formula, cdfs by the trapezoid rule)."""
+    import math
+
+    x = np.linspace(0.0, 1.0, grid)
+    inner = x[1:-1]
+    pdfs = []
+    for a, b in params:
+        log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+        f = np.zeros_like(x)
+        f[1:-1] = np.exp(log_norm + (a - 1) * np.log(inner) + (b - 1) * np.log1p(-inner))
+        f[0], f[-1] = (1.0 if a == 1 else 0.0) * b, (1.0 if b == 1 else 0.0) * a
+        pdfs.append(f)
+    dx = x[1] - x[0]
+    cdfs = [np.concatenate([[0.0], np.cumsum((f[1:] + f[:-1]) / 2 * dx)]) for f in pdfs]
+    out = []
+    for i, f in enumerate(pdfs):
+        g = f * np.prod([c for j, c in enumerate(cdfs) if j != i], axis=0)
+        out.append(float(np.sum((g[1:] + g[:-1]) / 2 * dx)))
+    return out
+
+
+def test_thompson_picks_each_kind_with_the_probability_its_rate_of_new_bests_is_highest() -> None:
+    """Each kind is chosen as often as its ``Beta(1 + wins, 1 + losses)`` draw is the largest of the
+    three: the probabilities integrated by hand, against 20,000 choices."""
+    from rankitect.search.strategies.dnas import KINDS, thompson
+
+    for record in ({"change": [3, 20], "shake": [2, 5], "sample": [0, 12]},
+                   {"change": [0, 0], "shake": [0, 0], "sample": [0, 0]},
+                   {"change": [1, 9], "shake": [0, 2], "sample": [4, 6]}):
+        rng = np.random.default_rng(0)
+        picks = [thompson(record, rng) for _ in range(20_000)]
+        expected = _beta_max_probabilities([(1 + record[k][0], 1 + record[k][1] - record[k][0]) for k in KINDS])
+        assert sum(expected) == pytest.approx(1.0, abs=1e-4)
+        for kind, p in zip(KINDS, expected):
+            assert picks.count(kind) / len(picks) == pytest.approx(p, abs=0.012), (record, kind)
+
+
+@pytest.mark.parametrize("winner", ["shake", "sample", None])
+def test_once_the_climb_stalls_the_kind_that_finds_new_bests_takes_the_turns(data: ClickData, monkeypatch,
+                                                                                  winner: str | None) -> None:
+    """After ``patience`` proposals told without a new best by objective, each proposal is a change,
+    a shake (a ``k``-choice change of the best within the FLOPs target, ``k`` = 2, 3, ... within a
+    stall, 2 again after a new best) or a sample of the whole space within the target, every kind
+    tried at first and then mostly the kind whose proposals found new bests (here ``winner``: each
+    one told is the new best, every other proposal is worse; None: every proposal is worse, and
+    every kind keeps being tried). A new best ends the stall and is the
+    next origin; what each kind found is said and survives a resume; ``patience: 0`` never leaves
+    the climb."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
@@ -347,104 +391,95 @@ def test_once_the_climb_stalls_samples_and_shakes_take_turns_with_changes(data: 
     objective = Objective(target_mflops=target)
 
     def searched(patience: int) -> DnasSearch:
-        strategy = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=patience))
+        strategy = DnasSearch(space, seed=7, objective=objective, fill=200, config=DnasConfig(patience=patience))
         strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=target))
         strategy.start(context)
         return strategy
 
-    rng = np.random.default_rng(7)  # by hand: the strategy's draws, from its seed, in its order
-
-    def first_shake(k: int, seen: set[str]) -> Architecture:
-        while True:
-            arch = space.mutate(baseline, rng, k)
-            if arch.hash not in seen and within(arch):
-                return arch
-
-    def first_sample(seen: set[str]) -> Architecture:
-        while True:
-            arch = space.decode(space.sample(rng))
-            if arch.hash not in seen and within(arch):
-                return arch
-
-    def worse(arch: Architecture) -> TrialResult:
-        return TrialResult(val_ne=0.9, mflops=mflops(arch))
-
     def within(arch: Architecture) -> bool:
         return mflops(arch) <= target * (1 + 1e-9)
 
-    def simpler(arch: Architecture) -> bool:  # than the baseline, the origin while nothing beats it
-        return mflops(arch) < target
-
-    def changes_of_baseline(seen: set[str]) -> list[Architecture]:
-        return [_preferred_change(space, weights, baseline, seen),
-                _preferred_change(space, weights, baseline, seen, keep=simpler)]
+    def choices_apart(a: Architecture, b: Architecture) -> int:  # labels both read (woken labels are drawn afresh)
+        pa, pb = space.encode(a), space.encode(b)
+        return sum(pa[label] != pb[label] for label in set(space.active(pa)) & set(space.active(pb)))
 
     strategy = searched(patience=2)
     argmax = strategy.ask()
-    strategy.tell(argmax, worse(argmax))
-    seen = {baseline.hash, argmax.hash}
-
-    def next_turn() -> Architecture:
+    seen, best, best_ne = {baseline.hash, argmax.hash}, baseline, 0.8
+    strategy.tell(argmax, TrialResult(val_ne=0.9, mflops=mflops(argmax)))
+    record = {"change": [0, 0], "shake": [0, 0], "sample": [0, 0]}  # by hand, from what was said
+    stalled: list[str] = []  # the kind of each proposal made while stalled
+    told_since_best, shake_widths, state = 0, [], None  # the supernet's choice is the first told: the count starts after it
+    for turn in range(60):
+        if turn == 30:
+            state, told_then = json.loads(json.dumps(strategy.state_dict())), set(seen)
         arch = strategy.ask()
+        next_arch = arch if turn == 30 else next_arch if turn > 30 else None
         assert strategy.prunable and arch.hash not in seen
         seen.add(arch.hash)
-        return arch
-
-    for _ in range(2):  # two proposals without a new best: patience reached
-        change = next_turn()
-        strategy.tell(change, worse(change))
-    sample = strategy.ask()
-    assert sample == first_sample(seen) and within(sample) and "a sample of the space" in said[-1]
-    assert sample not in changes_of_baseline(seen)
-    seen.add(sample.hash)
-    strategy.tell(sample, worse(sample))
-    third = next_turn()  # still stalled: a change takes the next turn, any change after a simplification
-    assert third == _preferred_change(space, weights, baseline, seen - {third.hash})
-    strategy.tell(third, worse(third))
-    state, told_then = json.loads(json.dumps(strategy.state_dict())), set(seen)
-    second_sample = strategy.ask()
-    assert second_sample == first_sample(seen) and "a sample of the space" in said[-1]
-    seen.add(second_sample.hash)
-    strategy.tell(second_sample, worse(second_sample))
-    shake = strategy.ask()  # the next change's turn is a shake: a 2-choice change of the best
-    assert shake == first_shake(2, seen) and within(shake) and f"a 2-choice change of {baseline.hash}" in said[-1]
-    seen.add(shake.hash)
-    strategy.tell(shake, worse(shake))
-    for expected in ("a sample of the space", "a change of", "a sample of the space"):
-        before = set(seen)
-        arch = next_turn()
-        assert expected in said[-1] and (expected == "a change of" or arch == first_sample(before))
-        strategy.tell(arch, worse(arch))
-    wider = strategy.ask()  # a shake again, one choice wider: the first found no new best
-    assert wider == first_shake(3, seen) and f"a 3-choice change of {baseline.hash}" in said[-1]
-    seen.add(wider.hash)
-    strategy.tell(wider, TrialResult(val_ne=0.5, mflops=mflops(wider)))  # the new best
-    after = strategy.ask()  # the climb goes on from it, and no sample or shake follows
-    assert f"a change of {wider.hash}" in said[-1] and after in [
-        _preferred_change(space, weights, wider, seen),
-        _preferred_change(space, weights, wider, seen, keep=lambda arch: mflops(arch) < mflops(wider) and within(arch))]
-    seen.add(after.hash)
-    strategy.tell(after, worse(after))
-    for expected in ("a change of", "a sample of the space", "a change of", "a sample of the space",
-                     f"a 2-choice change of {wider.hash}"):  # stalled again: the turns start over
-        before = set(seen)
-        arch = next_turn()
-        assert expected in said[-1] and (expected != "a sample of the space" or arch == first_sample(before))
-        strategy.tell(arch, worse(arch))
+        line = said[-1]
+        kind = ("sample" if "a sample of the space" in line else "shake" if "-choice change of" in line
+                else "change" if "a change of" in line else pytest.fail(line))
+        if told_since_best >= 2:
+            stalled.append(kind)
+            assert f"{told_since_best} proposals told without a new best" in line or kind == "change"
+        else:
+            assert kind == "change", "a climb that has not stalled proposes changes only"
+        if kind == "shake":
+            k = int(line.split("-choice change of ")[0].split("(a ")[-1])
+            assert f"-choice change of {best.hash}" in line and within(arch) and arch != best and choices_apart(arch, best) <= k
+            shake_widths.append((k, best.hash))
+        if kind == "sample":
+            assert within(arch)
+        if kind != "change":
+            found = ", ".join(f"{k}s {w} of {t}" for k, (w, t) in record.items())
+            assert f"new bests found by {found}" in line
+        wins = kind == winner
+        ne = best_ne - 0.01 if wins else 0.9
+        strategy.tell(arch, TrialResult(val_ne=ne, mflops=mflops(arch)))
+        record[kind][0] += wins
+        record[kind][1] += 1
+        if wins:
+            best, best_ne, told_since_best = arch, ne, 0
+        else:
+            told_since_best += 1
+    assert strategy.state_dict()["record"] == record
+    assert {"shake", "sample"} <= set(stalled), "a kind nothing is known of is tried"
+    last = stalled[len(stalled) // 2:]
+    if winner is None:
+        assert set(last) == {"change", "shake", "sample"}, stalled
+        assert [k for k, _ in shake_widths] == list(range(2, 2 + len(shake_widths)))  # one long stall
+    else:
+        assert last.count(winner) >= 0.8 * len(last), stalled
+    assert shake_widths and shake_widths[0][0] == 2
+    for (k, origin), (k_next, origin_next) in zip(shake_widths, shake_widths[1:]):
+        # within a stall (the same best) each shake is one wider; after a new best 2 wide again
+        assert k_next == (k + 1 if origin_next == origin else 2)
 
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
-    resumed = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=2))
+    resumed = DnasSearch(space, seed=7, objective=objective, fill=200, config=DnasConfig(patience=2))
     resumed.load_state_dict(state)
     resumed.start(replace(context, finished=told_then))
-    assert resumed.ask() == second_sample  # a sample's turn, drawn as it was
+    assert resumed.ask() == next_arch  # the same turn, drawn as it was
+
+    older = dict(state, stall=[state["stall"][0], 3, 7])  # a state from before the record: its turns since the stall
+    del older["record"]
+    resumed = DnasSearch(space, seed=7, objective=objective, fill=200, config=DnasConfig(patience=2))
+    resumed.load_state_dict(older)
+    assert resumed.state_dict()["stall"][1:] == [3, 2]  # turns 3 and 7 of the old cycle were shakes
+    assert resumed.state_dict()["record"] == {"change": [0, 0], "shake": [0, 0], "sample": [0, 0]}
 
     monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
     never = searched(patience=0)
     told = {baseline.hash}
+
+    def simpler(arch: Architecture) -> bool:  # than the baseline, the origin while nothing beats it
+        return mflops(arch) < target
+
     for _ in range(8):
         arch = never.ask()
         origin_changes = {_preferred_change(space, weights, baseline, told),
                           _preferred_change(space, weights, baseline, told, keep=simpler)}
         assert arch in origin_changes or arch == argmax  # changes of the baseline only
         told.add(arch.hash)
-        never.tell(arch, worse(arch))
+        never.tell(arch, TrialResult(val_ne=0.9, mflops=mflops(arch)))

@@ -11,8 +11,9 @@ a ``supernet`` child run.
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
 scored on the test split; then the retraining goes on, around the best architecture retrained so
 far, the changes the architecture weights prefer first (:class:`DnasSearch`), with samples of the
-whole space and wider changes of the best taking turns once ``search.dnas.patience`` proposals
-bring no new best, until ``search.trials`` are trained (or a time budget is spent).
+whole space and wider changes of the best, each kind as often as it has found new bests, once
+``search.dnas.patience`` proposals bring no new best, until ``search.trials`` are trained (or a
+time budget is spent).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from rankitect.config import DnasConfig, SurrogateConfig
@@ -35,6 +37,23 @@ from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
 
 SAMPLE_TRIES = 256  # draws of a shake at most; uniform samples drawn for each one a sample proposal keeps, at most
+KINDS = ("change", "shake", "sample")  # what a stalled climb may propose (see DnasSearch._climb)
+
+
+def thompson(record: dict[str, list[int]], rng: np.random.Generator) -> str:
+    """The kind of proposal to make next, by Thompson sampling (Thompson 1933; Chapelle and Li 2011):
+    for each of ``KINDS`` a draw from ``Beta(1 + wins, 1 + losses)`` of its ``record[kind] = [wins,
+    tries]``; the kind of the highest draw. A kind is chosen with the probability that its rate of
+    wins is the highest, given what each won so far and a uniform prior: one never tried is as
+    likely to be chosen as any, one that keeps losing ever less often, never at no chance at all.
+
+    >>> rng = np.random.default_rng(0)
+    >>> picks = [thompson({"change": [3, 20], "shake": [2, 5], "sample": [0, 12]}, rng) for _ in range(2000)]
+    >>> picks.count("shake") > picks.count("change") > picks.count("sample") > 0
+    True
+    """
+    draws = [rng.beta(1 + wins, 1 + tries - wins) for wins, tries in (record[kind] for kind in KINDS)]
+    return KINDS[int(np.argmax(draws))]
 
 
 @register_strategy("dnas")
@@ -62,12 +81,13 @@ class DnasSearch(Guided, PlanProposer):
     pruned changes included.
 
     Once the climb stalls (``search.dnas.patience`` proposals told without a new best by
-    objective), until a new best is found (:meth:`_climb`), every other proposal is the surrogate's
-    best of uniform samples of the whole space within the FLOPs target, and every other change a
-    shake, its best of several-choice changes of the best architecture within the target (wider
-    after each). What lies behind an option no trained model holds, or a few interacting choices
-    away, is reached as ``random`` and ``evolution`` reach it, while a climb that keeps finding
-    better models runs as before.
+    objective), until a new best is found (:meth:`_climb`), each proposal is a change, a shake (the
+    surrogate's best of several-choice changes of the best architecture within the FLOPs target,
+    wider after each) or a sample (its best of uniform samples of the whole space within the
+    target), the kind chosen by how often each kind has found a new best in this search so far
+    (:func:`thompson`). What lies behind an option no trained model holds, or a few interacting
+    choices away, is reached as ``random`` and ``evolution`` reach it, where that finds better
+    models on the data at hand, while a climb that keeps finding better models runs as before.
 
     Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
@@ -89,7 +109,9 @@ class DnasSearch(Guided, PlanProposer):
         self._known: list[tuple[Architecture, float]] = []  # trained baselines and their val NE
         self._best: str | None = None  # the best trained architecture by objective, when last told
         self._stall = 0  # proposals told since the best by objective last changed (see _climb)
-        self._turns = 0  # proposals asked since the climb stalled, until a new best (see _climb)
+        self._shakes = 0  # shakes asked since the climb stalled, until a new best (see _climb)
+        self._record = {kind: [0, 0] for kind in KINDS}  # [new bests, told] of each kind of proposal
+        self._kinds: dict[str, str] = {}  # the kind of each proposal asked and not yet told, by hash
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -183,21 +205,28 @@ class DnasSearch(Guided, PlanProposer):
         holds as its origin, so a better model several choices away, or one choice away through an
         option nobody tried, is out of the climb's reach. Once ``search.dnas.patience`` proposals
         are told without a new best by objective, the climb has stalled, and until a new best is
-        found (which becomes the next origin) every other proposal is the surrogate's best of
-        uniform samples of the space within the target (:meth:`_sample`), and every other change is
-        a shake (:meth:`_shake`): the surrogate's best of ``k``-choice changes of the best
+        found (which becomes the next origin) each proposal is one of three kinds: a change as
+        above; a shake (:meth:`_shake`), the surrogate's best of ``k``-choice changes of the best
         architecture within the target, ``k`` = 2, 3, ... one wider after each shake, as a variable
         neighbourhood search widens its neighbourhood after each that fails (Mladenovic and Hansen,
-        1997). Samples reach what lies behind an option no trained model holds, shakes what lies a
-        few interacting choices from the best. Where the climb keeps finding better models it is
-        left alone. A sample is also proposed once no change is left.
+        1997); or a sample (:meth:`_sample`), the surrogate's best of uniform samples of the space
+        within the target. Samples reach what lies behind an option no trained model holds, shakes
+        what lies a few interacting choices from the best. Which kind pays differs with the data
+        (on dense features whose best encoding no baseline holds, samples found the new bests; on
+        all-categorical logs nearly every sample was pruned), so the kind is drawn by Thompson
+        sampling on how often each kind's proposals have found a new best in this search
+        (:func:`thompson`; every change counts, the climb's before the stall too): adaptive
+        operator selection, as evolutionary search allocates its operators (Fialho et al., 2010).
+        A kind that finds nothing gives its turn to a change. Where the climb keeps finding better
+        models it is left alone. A sample is also proposed once no change is left.
         """
         seen = self._done | self._pending | self.trained
-        if 0 < self.config.patience <= self._stall:  # stalled: sample, change, sample, shake, ...
-            turn, self._turns = self._turns, self._turns + 1
-            arch = (self._propose_sample(seen) if turn % 2 == 0
-                    else self._propose_shake(seen, 2 + turn // 4) if turn % 4 == 3 else None)
+        if 0 < self.config.patience <= self._stall:  # stalled: the kind that has paid best, by Thompson sampling
+            kind = thompson(self._record, self.rng)
+            arch = (self._propose_sample(seen) if kind == "sample"
+                    else self._propose_shake(seen, 2 + self._shakes) if kind == "shake" else None)
             if arch is not None:
+                self._shakes += kind == "shake"
                 return arch
         simplify_first = self._climbs % 2 == 1
         for cheaper in (simplify_first, not simplify_first):
@@ -206,6 +235,7 @@ class DnasSearch(Guided, PlanProposer):
                 origin, arch = found
                 self._climbs += 1
                 self._pending.add(arch.hash)
+                self._kinds[arch.hash] = "change"
                 target = self.objective.target_mflops
                 within = ("" if not cheaper else ", cheaper" if target is None
                           else f", cheaper, at no more than {target:.4g} MFLOPs")
@@ -221,22 +251,24 @@ class DnasSearch(Guided, PlanProposer):
         """Ask :meth:`_shake` of the best trained architecture (None when it finds none), said with why."""
         ranked = self.ranked()
         arch = self._shake(ranked[0], k, seen) if ranked else None
-        return None if arch is None else self._proposed(arch, f"a {k}-choice change of {ranked[0].hash}")
+        return None if arch is None else self._proposed(arch, "shake", f"a {k}-choice change of {ranked[0].hash}")
 
     def _propose_sample(self, seen: set[str]) -> Architecture | None:
         """Ask :meth:`_sample` (None when it finds none), said with why."""
         arch = self._sample(seen)
         if arch is None:
             return None
-        return self._proposed(arch, "a sample of the space")
+        return self._proposed(arch, "sample", "a sample of the space")
 
-    def _proposed(self, arch: Architecture, what: str) -> Architecture:
-        """Note a sample's or a shake's ``arch`` as proposed, and say so."""
+    def _proposed(self, arch: Architecture, kind: str, what: str) -> Architecture:
+        """Note ``arch``, a sample or a shake (``kind``), as proposed, and say so with what each kind found."""
         self._pending.add(arch.hash)
+        self._kinds[arch.hash] = kind
         target = self.objective.target_mflops
         within = "" if target is None else f", at no more than {target:.4g} MFLOPs"
+        found = ", ".join(f"{k}s {wins} of {tries}" for k, (wins, tries) in self._record.items())
         self._echo(f"dnas: retraining {arch.hash} from scratch ({what}{within}; "
-                   f"{self._stall} proposals told without a new best)")
+                   f"{self._stall} proposals told without a new best; new bests found by {found})")
         return arch
 
     def _shake(self, origin: Architecture, k: int, seen: set[str]) -> Architecture | None:
@@ -318,8 +350,12 @@ class DnasSearch(Guided, PlanProposer):
         self.learn(arch, result)
         ranked = self.ranked()
         best = ranked[0].hash if ranked else None
+        kind = self._kinds.pop(arch.hash, None)
+        if kind is not None:
+            self._record[kind][0] += best == arch.hash != self._best
+            self._record[kind][1] += 1
         if best != self._best:
-            self._stall = self._turns = 0
+            self._stall = self._shakes = 0
         else:
             self._stall += 1
         self._best = best
@@ -327,7 +363,8 @@ class DnasSearch(Guided, PlanProposer):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["climbs"] = self._climbs
-        state["stall"] = [self._best, self._stall, self._turns]
+        state["stall"] = [self._best, self._stall, self._shakes]
+        state["record"] = {kind: list(counts) for kind, counts in self._record.items()}
         state.update(self.guide_state())
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
@@ -336,8 +373,12 @@ class DnasSearch(Guided, PlanProposer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
-        best, stall, turns = state.get("stall", [None, 0, 0])
-        self._best, self._stall, self._turns = best, int(stall), int(turns)  # an older state's bool "sampled": 1 = a change is due
+        best, stall, shakes = state.get("stall", [None, 0, 0])
+        if "record" not in state:  # an older state: its third entry counted the turns since the stall (one in four a shake)
+            shakes = (int(shakes) + 1) // 4
+        self._best, self._stall, self._shakes = best, int(stall), int(shakes)
+        for kind, counts in state.get("record", {}).items():
+            self._record[kind] = [int(c) for c in counts]
         self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
@@ -346,4 +387,4 @@ class DnasSearch(Guided, PlanProposer):
                     a.copy_(torch.tensor(state["logits"][label]))
 
 
-__all__ = ["DnasSearch"]
+__all__ = ["KINDS", "DnasSearch", "thompson"]
