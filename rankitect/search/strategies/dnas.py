@@ -11,7 +11,7 @@ a ``supernet`` child run.
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
 scored on the test split; then the retraining goes on, around the best architecture retrained so
 far, the changes the architecture weights prefer first (:class:`DnasSearch`), with samples of the
-whole space, as often as they are kept (not pruned), and wider changes of the best, once
+whole space (as often as they hold their own against pruning) and wider changes of the best, once
 ``search.dnas.patience`` proposals bring no new best, until ``search.trials`` are trained (or a
 time budget is spent).
 """
@@ -82,14 +82,14 @@ class DnasSearch(Guided, PlanProposer):
     pruned changes included.
 
     Once the climb stalls (``search.dnas.patience`` proposals told without a new best by
-    objective), until a new best is found (:meth:`_climb`), proposals are the surrogate's best of
-    uniform samples of the whole space within the FLOPs target, as often as samples have been kept
-    (not pruned) as often as the climb's own proposals in this search (:func:`thompson`), and
-    otherwise changes and shakes by turns (a shake is its best of several-choice changes of the
-    best architecture within the target, wider after each). What lies behind an option no trained
-    model holds, or a few interacting choices away, is reached as ``random`` and ``evolution``
-    reach it, where samples hold their own on the data at hand, while a climb that keeps finding
-    better models runs as before.
+    objective), until a new best is found (:meth:`_climb`), each proposal is either the surrogate's
+    best of uniform samples of the whole space within the FLOPs target or a local move (a change,
+    and by turns a shake: its best of several-choice changes of the best architecture within the
+    target, wider after each), drawn by Thompson sampling on how often samples and local moves
+    have been kept, not pruned, in this search (:func:`thompson`). What lies behind an option no
+    trained model holds, or a few interacting choices away, is reached as ``random`` and
+    ``evolution`` reach it, as often as samples hold their own on the data at hand, while a climb
+    that keeps finding better models runs as before.
 
     Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
