@@ -153,7 +153,7 @@ class DnasConfig:
     estimator: Literal["reinforce", "gumbel"] = "reinforce"  # architecture gradient: score function (search.dnas.reinforce) or straight-through (search.dnas.gumbel)
     stop: Literal["argmax", "ranking"] = "argmax"  # argmax: once the most probable architecture held stable_steps; ranking: once the supernet's order of its probe paths holds (search.dnas.ranking)
     stable_steps: int = 40  # stop: argmax, once the most probable architecture, having left the start, held this many arch steps; 0: never
-    patience: int = 4  # retraining proposals without a new best by objective before, until one is found, each proposal is a surrogate-ranked sample of the whole space or a local move (a change, or by turns a several-choice change of the best: 2, 3, ... choices), within the FLOPs target, drawn by Thompson sampling on how often samples and local moves were kept (not pruned) in this search; 0: never
+    patience: int = 4  # retraining proposals without a new best by objective before, until one is found, surrogate-ranked samples of the whole space take every other turn of the climb and several-choice changes of the best (2, 3, ... choices) every other change's, within the FLOPs target; 0: never
     gumbel: GumbelConfig = field(default_factory=GumbelConfig)
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
     ranking: RankingConfig = field(default_factory=RankingConfig)

@@ -318,57 +318,13 @@ def test_with_a_flops_target_every_other_change_costs_no_more_than_the_target(da
     assert (resumed.ask(), resumed.ask()) == (third, fourth)  # the turns go on where they were
 
 
-def _beta_max_probabilities(params: list[tuple[int, int]], grid: int = 200_001) -> list[float]:
-    """By hand: for independent ``Beta(a, b)`` draws, the probability that each is the largest,
-    ``P_i = integral of f_i(x) * prod_j!=i F_j(x) dx``, on a grid of ``[0, 1]`` (pdfs from the
-    textbook formula, cdfs by the trapezoid rule)."""
-    import math
-
-    x = np.linspace(0.0, 1.0, grid)
-    inner = x[1:-1]
-    pdfs = []
-    for a, b in params:
-        log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-        f = np.zeros_like(x)
-        f[1:-1] = np.exp(log_norm + (a - 1) * np.log(inner) + (b - 1) * np.log1p(-inner))
-        f[0], f[-1] = (1.0 if a == 1 else 0.0) * b, (1.0 if b == 1 else 0.0) * a
-        pdfs.append(f)
-    dx = x[1] - x[0]
-    cdfs = [np.concatenate([[0.0], np.cumsum((f[1:] + f[:-1]) / 2 * dx)]) for f in pdfs]
-    out = []
-    for i, f in enumerate(pdfs):
-        g = f * np.prod([c for j, c in enumerate(cdfs) if j != i], axis=0)
-        out.append(float(np.sum((g[1:] + g[:-1]) / 2 * dx)))
-    return out
-
-
-def test_thompson_picks_each_key_with_the_probability_its_rate_of_kept_proposals_is_highest() -> None:
-    """Each key is chosen as often as its ``Beta(1 + kept, 1 + told - kept)`` draw is the largest:
-    the probabilities integrated by hand, against 20,000 choices."""
-    from rankitect.search.strategies.dnas import thompson
-
-    for record in ({"sample": [2, 12], "local": [10, 20]},
-                   {"sample": [0, 0], "local": [0, 0]},
-                   {"sample": [5, 6], "local": [11, 30]},
-                   {"change": [3, 20], "shake": [2, 5], "sample": [0, 12]}):
-        rng = np.random.default_rng(0)
-        picks = [thompson(record, rng) for _ in range(20_000)]
-        expected = _beta_max_probabilities([(1 + kept, 1 + told - kept) for kept, told in record.values()])
-        assert sum(expected) == pytest.approx(1.0, abs=1e-4)
-        for key, p in zip(record, expected):
-            assert picks.count(key) / len(picks) == pytest.approx(p, abs=0.012), (record, key)
-
-
-@pytest.mark.parametrize("kept", ["sample", "local", None])
-def test_once_the_climb_stalls_samples_take_turns_as_often_as_they_are_kept(data: ClickData, monkeypatch,
-                                                                            kept: str | None) -> None:
-    """After ``patience`` proposals told without a new best by objective, each proposal is a sample
-    of the whole space within the FLOPs target or a local move (by turns a change as before and a
-    shake: a ``k``-choice change of the best within the target, ``k`` = 2, 3, ... within a stall),
-    samples about as often as local moves while both are kept as often (None: every other proposal
-    of each is kept), and mostly the one that is kept where the other is pruned (``kept``). A new best ends the stall, is
-    the next origin, and the local moves start again with a change and a 2-choice shake. What was
-    kept is said and survives a resume; ``patience: 0`` never leaves the climb."""
+def test_once_the_climb_stalls_samples_and_shakes_take_turns_with_changes(data: ClickData, monkeypatch) -> None:
+    """After ``patience`` proposals told without a new best by objective, every other proposal is a
+    uniform sample of the whole space within the FLOPs target (the first untried one drawn, without a
+    surrogate), and of the others, every other one a change as before and every other one a shake: a
+    ``k``-choice change of the best within the target (the first untried one drawn), ``k`` = 2, then 3
+    after a shake that finds no new best. A shake (or sample) that becomes the best ends them and is
+    the next origin. The turns survive a resume; ``patience: 0`` never leaves the climb."""
     from rankitect.eval.result import TrialResult
     from rankitect.search.base import SearchContext
     from rankitect.search.strategies.dnas import DnasSearch
@@ -391,96 +347,104 @@ def test_once_the_climb_stalls_samples_take_turns_as_often_as_they_are_kept(data
     objective = Objective(target_mflops=target)
 
     def searched(patience: int) -> DnasSearch:
-        strategy = DnasSearch(space, seed=7, objective=objective, fill=200, config=DnasConfig(patience=patience))
+        strategy = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=patience))
         strategy.observe(baseline, TrialResult(val_ne=0.8, mflops=target))
         strategy.start(context)
         return strategy
 
+    rng = np.random.default_rng(7)  # by hand: the strategy's draws, from its seed, in its order
+
+    def first_shake(k: int, seen: set[str]) -> Architecture:
+        while True:
+            arch = space.mutate(baseline, rng, k)
+            if arch.hash not in seen and within(arch):
+                return arch
+
+    def first_sample(seen: set[str]) -> Architecture:
+        while True:
+            arch = space.decode(space.sample(rng))
+            if arch.hash not in seen and within(arch):
+                return arch
+
+    def worse(arch: Architecture) -> TrialResult:
+        return TrialResult(val_ne=0.9, mflops=mflops(arch))
+
     def within(arch: Architecture) -> bool:
         return mflops(arch) <= target * (1 + 1e-9)
-
-    strategy = searched(patience=2)
-    argmax = strategy.ask()
-    seen, best, best_ne = {baseline.hash, argmax.hash}, baseline, 0.8
-    strategy.tell(argmax, TrialResult(val_ne=0.9, mflops=mflops(argmax)))
-    record = {"sample": [0, 0], "local": [0, 0]}  # by hand, from what was said
-    stalled: list[str] = []  # sample or local, of each proposal made while stalled
-    locals_: list[str] = []  # what each local move was in the current stall: change, or the width of a shake
-    told_since_best, state = 0, None  # the supernet's choice is the first told: the count starts after it
-    for turn in range(60):
-        if turn == 30:
-            state, told_then = json.loads(json.dumps(strategy.state_dict())), set(seen)
-        arch = strategy.ask()
-        next_arch = arch if turn == 30 else next_arch if turn > 30 else None
-        assert strategy.prunable and arch.hash not in seen
-        seen.add(arch.hash)
-        line = said[-1]
-        what = ("sample" if "a sample of the space" in line else "shake" if "-choice change of" in line
-                else "change" if "a change of" in line else pytest.fail(line))
-        reach = "sample" if what == "sample" else "local"
-        if told_since_best >= 2:
-            stalled.append(reach)
-            if what != "sample":
-                locals_.append("change" if what == "change" else line.split("-choice change of ")[0].split("(a ")[-1])
-                # by turns: change, shake 2, change, shake 3, ... (a shake with nothing left gives way to a change)
-                assert locals_[-1] in ("change", str(2 + (len(locals_) - 1) // 2) if len(locals_) % 2 == 0 else "")
-        else:
-            assert what == "change", "a climb that has not stalled proposes changes only"
-        if what == "shake":
-            assert f"-choice change of {best.hash}" in line and within(arch) and arch != best
-        if what == "sample":
-            assert within(arch)
-        if what != "change":
-            assert (f"{told_since_best} proposals told without a new best; kept, not pruned: samples "
-                    f"{record['sample'][0]} of {record['sample'][1]}, changes and shakes "
-                    f"{record['local'][0]} of {record['local'][1]}") in line
-        if turn % 12 == 11:  # now and then a new best, whatever it is
-            result = TrialResult(val_ne=best_ne - 0.01, mflops=mflops(arch))
-        elif reach == kept or kept is None and record[reach][1] % 2 == 0:
-            result = TrialResult(val_ne=0.9, mflops=mflops(arch))
-        else:
-            result = TrialResult.pruning("below the rung", val_ne=0.95, mflops=mflops(arch), params=None,
-                                         train_seconds=1.0, steps=10)
-        strategy.tell(arch, result)
-        record[reach][0] += result.ok
-        record[reach][1] += 1
-        if result.ok and result.val_ne < best_ne:
-            best, best_ne, told_since_best, locals_ = arch, result.val_ne, 0, []
-        else:
-            told_since_best += 1
-    assert strategy.state_dict()["record"] == record
-    last = stalled[len(stalled) // 2:]
-    assert "sample" in stalled and "local" in stalled, "both are tried"
-    if kept is None:
-        assert 0.3 <= stalled.count("sample") / len(stalled) <= 0.7, stalled
-    else:
-        assert last.count(kept) >= 0.8 * len(last), stalled
-    assert record["local"][1] > 0 and any(k not in ("change", "") for k in locals_ or ["2"])
-
-    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
-    resumed = DnasSearch(space, seed=7, objective=objective, fill=200, config=DnasConfig(patience=2))
-    resumed.load_state_dict(state)
-    resumed.start(replace(context, finished=told_then))
-    assert resumed.ask() == next_arch  # the same turn, drawn as it was
-
-    older = dict(state, stall=[state["stall"][0], 3, 7])  # a state from before the record: its turns since the stall
-    del older["record"]
-    resumed = DnasSearch(space, seed=7, objective=objective, fill=200, config=DnasConfig(patience=2))
-    resumed.load_state_dict(older)
-    assert resumed.state_dict()["stall"][1:] == [3, 3]  # turns 1, 3 and 5 of the old cycle were local moves
-    assert resumed.state_dict()["record"] == {"sample": [0, 0], "local": [0, 0]}
-
-    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
-    never = searched(patience=0)
-    told = {baseline.hash}
 
     def simpler(arch: Architecture) -> bool:  # than the baseline, the origin while nothing beats it
         return mflops(arch) < target
 
+    def changes_of_baseline(seen: set[str]) -> list[Architecture]:
+        return [_preferred_change(space, weights, baseline, seen),
+                _preferred_change(space, weights, baseline, seen, keep=simpler)]
+
+    strategy = searched(patience=2)
+    argmax = strategy.ask()
+    strategy.tell(argmax, worse(argmax))
+    seen = {baseline.hash, argmax.hash}
+
+    def next_turn() -> Architecture:
+        arch = strategy.ask()
+        assert strategy.prunable and arch.hash not in seen
+        seen.add(arch.hash)
+        return arch
+
+    for _ in range(2):  # two proposals without a new best: patience reached
+        change = next_turn()
+        strategy.tell(change, worse(change))
+    sample = strategy.ask()
+    assert sample == first_sample(seen) and within(sample) and "a sample of the space" in said[-1]
+    assert sample not in changes_of_baseline(seen)
+    seen.add(sample.hash)
+    strategy.tell(sample, worse(sample))
+    third = next_turn()  # still stalled: a change takes the next turn, any change after a simplification
+    assert third == _preferred_change(space, weights, baseline, seen - {third.hash})
+    strategy.tell(third, worse(third))
+    state, told_then = json.loads(json.dumps(strategy.state_dict())), set(seen)
+    second_sample = strategy.ask()
+    assert second_sample == first_sample(seen) and "a sample of the space" in said[-1]
+    seen.add(second_sample.hash)
+    strategy.tell(second_sample, worse(second_sample))
+    shake = strategy.ask()  # the next change's turn is a shake: a 2-choice change of the best
+    assert shake == first_shake(2, seen) and within(shake) and f"a 2-choice change of {baseline.hash}" in said[-1]
+    seen.add(shake.hash)
+    strategy.tell(shake, worse(shake))
+    for expected in ("a sample of the space", "a change of", "a sample of the space"):
+        before = set(seen)
+        arch = next_turn()
+        assert expected in said[-1] and (expected == "a change of" or arch == first_sample(before))
+        strategy.tell(arch, worse(arch))
+    wider = strategy.ask()  # a shake again, one choice wider: the first found no new best
+    assert wider == first_shake(3, seen) and f"a 3-choice change of {baseline.hash}" in said[-1]
+    seen.add(wider.hash)
+    strategy.tell(wider, TrialResult(val_ne=0.5, mflops=mflops(wider)))  # the new best
+    after = strategy.ask()  # the climb goes on from it, and no sample or shake follows
+    assert f"a change of {wider.hash}" in said[-1] and after in [
+        _preferred_change(space, weights, wider, seen),
+        _preferred_change(space, weights, wider, seen, keep=lambda arch: mflops(arch) < mflops(wider) and within(arch))]
+    seen.add(after.hash)
+    strategy.tell(after, worse(after))
+    for expected in ("a change of", "a sample of the space", "a change of", "a sample of the space",
+                     f"a 2-choice change of {wider.hash}"):  # stalled again: the turns start over
+        before = set(seen)
+        arch = next_turn()
+        assert expected in said[-1] and (expected != "a sample of the space" or arch == first_sample(before))
+        strategy.tell(arch, worse(arch))
+
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: pytest.fail("searched again"))
+    resumed = DnasSearch(space, seed=7, objective=objective, fill=20, config=DnasConfig(patience=2))
+    resumed.load_state_dict(state)
+    resumed.start(replace(context, finished=told_then))
+    assert resumed.ask() == second_sample  # a sample's turn, drawn as it was
+
+    monkeypatch.setattr("rankitect.supernet.dnas_phase.dnas_search", lambda *args, **kw: weights)
+    never = searched(patience=0)
+    told = {baseline.hash}
     for _ in range(8):
         arch = never.ask()
         origin_changes = {_preferred_change(space, weights, baseline, told),
                           _preferred_change(space, weights, baseline, told, keep=simpler)}
         assert arch in origin_changes or arch == argmax  # changes of the baseline only
         told.add(arch.hash)
-        never.tell(arch, TrialResult(val_ne=0.9, mflops=mflops(arch)))
+        never.tell(arch, worse(arch))

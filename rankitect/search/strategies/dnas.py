@@ -11,9 +11,8 @@ a ``supernet`` child run.
 Then the most probable architecture (and the next ``supernet.top_k - 1``) is retrained from scratch and
 scored on the test split; then the retraining goes on, around the best architecture retrained so
 far, the changes the architecture weights prefer first (:class:`DnasSearch`), with samples of the
-whole space (as often as they hold their own against pruning) and wider changes of the best, once
-``search.dnas.patience`` proposals bring no new best, until ``search.trials`` are trained (or a
-time budget is spent).
+whole space and wider changes of the best taking turns once ``search.dnas.patience`` proposals
+bring no new best, until ``search.trials`` are trained (or a time budget is spent).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from rankitect.config import DnasConfig, SurrogateConfig
@@ -37,24 +35,6 @@ from rankitect.supernet.dnas_weights import ArchitectureWeights
 from rankitect.supernet.rank_check import RankCheck
 
 SAMPLE_TRIES = 256  # draws of a shake at most; uniform samples drawn for each one a sample proposal keeps, at most
-REACHES = ("sample", "local")  # a stalled climb's proposals: samples of the space; changes and shakes of the best
-
-
-def thompson(record: dict[str, list[int]], rng: np.random.Generator) -> str:
-    """The key of ``record`` (``{key: [kept, told]}``) to propose from next, by Thompson sampling
-    (Thompson 1933; Chapelle and Li 2011): for each key a draw from ``Beta(1 + kept, 1 + told -
-    kept)``, and the key of the highest draw. Each is chosen with the probability that its rate of
-    kept proposals is the highest, given what was kept so far and a uniform prior: as often as
-    another where both kept as many, ever less often where one keeps losing, never not at all.
-
-    >>> rng = np.random.default_rng(0)
-    >>> picks = [thompson({"sample": [2, 12], "local": [10, 20]}, rng) for _ in range(2000)]
-    >>> 0 < picks.count("sample") < picks.count("local") / 4
-    True
-    """
-    keys = list(record)
-    draws = [rng.beta(1 + kept, 1 + told - kept) for kept, told in record.values()]
-    return keys[int(np.argmax(draws))]
 
 
 @register_strategy("dnas")
@@ -82,14 +62,12 @@ class DnasSearch(Guided, PlanProposer):
     pruned changes included.
 
     Once the climb stalls (``search.dnas.patience`` proposals told without a new best by
-    objective), until a new best is found (:meth:`_climb`), each proposal is either the surrogate's
-    best of uniform samples of the whole space within the FLOPs target or a local move (a change,
-    and by turns a shake: its best of several-choice changes of the best architecture within the
-    target, wider after each), drawn by Thompson sampling on how often samples and local moves
-    have been kept, not pruned, in this search (:func:`thompson`). What lies behind an option no
-    trained model holds, or a few interacting choices away, is reached as ``random`` and
-    ``evolution`` reach it, as often as samples hold their own on the data at hand, while a climb
-    that keeps finding better models runs as before.
+    objective), until a new best is found (:meth:`_climb`), every other proposal is the surrogate's
+    best of uniform samples of the whole space within the FLOPs target, and every other change a
+    shake, its best of several-choice changes of the best architecture within the target (wider
+    after each). What lies behind an option no trained model holds, or a few interacting choices
+    away, is reached as ``random`` and ``evolution`` reach it, while a climb that keeps finding
+    better models runs as before.
 
     Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
@@ -111,9 +89,7 @@ class DnasSearch(Guided, PlanProposer):
         self._known: list[tuple[Architecture, float]] = []  # trained baselines and their val NE
         self._best: str | None = None  # the best trained architecture by objective, when last told
         self._stall = 0  # proposals told since the best by objective last changed (see _climb)
-        self._locals = 0  # changes' and shakes' turns since the climb stalled, until a new best (see _climb)
-        self._record = {reach: [0, 0] for reach in REACHES}  # [kept (not pruned or failed), told] of each
-        self._reach: dict[str, str] = {}  # the reach of each climb proposal asked and not yet told, by hash
+        self._turns = 0  # proposals asked since the climb stalled, until a new best (see _climb)
 
     @property
     def prunable(self) -> bool:  # type: ignore[override]
@@ -207,30 +183,20 @@ class DnasSearch(Guided, PlanProposer):
         holds as its origin, so a better model several choices away, or one choice away through an
         option nobody tried, is out of the climb's reach. Once ``search.dnas.patience`` proposals
         are told without a new best by objective, the climb has stalled, and until a new best is
-        found (which becomes the next origin) each proposal is either a sample (:meth:`_sample`),
-        the surrogate's best of uniform samples of the space within the target, or a local move,
-        by turns a change as above and a shake (:meth:`_shake`): the surrogate's best of
-        ``k``-choice changes of the best architecture within the target, ``k`` = 2, 3, ... one
-        wider after each shake, as a variable neighbourhood search widens its neighbourhood after
-        each that fails (Mladenovic and Hansen, 1997). Samples reach what lies behind an option no
-        trained model holds, shakes what lies a few interacting choices from the best. How much
-        samples are worth differs with the data (on dense features whose best encoding no
-        baseline holds they found the new bests; on all-categorical logs nearly every one was
-        pruned), so whether the next stalled proposal is a sample or a local move is drawn by
-        Thompson sampling (:func:`thompson`) on how often each has been kept, not pruned or failed,
-        in this search (every change counts, the climb's before the stall too): where samples are
-        kept as often as local moves they take half the turns, and ever fewer where they are
-        pruned while local moves are not (adaptive operator selection, Fialho et al., 2010). A
-        sample or shake that finds nothing gives its turn to a change. Where the climb keeps
-        finding better models it is left alone. A sample is also proposed once no change is left.
+        found (which becomes the next origin) every other proposal is the surrogate's best of
+        uniform samples of the space within the target (:meth:`_sample`), and every other change is
+        a shake (:meth:`_shake`): the surrogate's best of ``k``-choice changes of the best
+        architecture within the target, ``k`` = 2, 3, ... one wider after each shake, as a variable
+        neighbourhood search widens its neighbourhood after each that fails (Mladenovic and Hansen,
+        1997). Samples reach what lies behind an option no trained model holds, shakes what lies a
+        few interacting choices from the best. Where the climb keeps finding better models it is
+        left alone. A sample is also proposed once no change is left.
         """
         seen = self._done | self._pending | self.trained
-        if 0 < self.config.patience <= self._stall:  # stalled: a sample or a local move, by Thompson sampling
-            if thompson(self._record, self.rng) == "sample":
-                arch = self._propose_sample(seen)
-            else:  # change, shake, change, shake ...
-                local, self._locals = self._locals, self._locals + 1
-                arch = self._propose_shake(seen, 2 + local // 2) if local % 2 == 1 else None
+        if 0 < self.config.patience <= self._stall:  # stalled: sample, change, sample, shake, ...
+            turn, self._turns = self._turns, self._turns + 1
+            arch = (self._propose_sample(seen) if turn % 2 == 0
+                    else self._propose_shake(seen, 2 + turn // 4) if turn % 4 == 3 else None)
             if arch is not None:
                 return arch
         simplify_first = self._climbs % 2 == 1
@@ -240,7 +206,6 @@ class DnasSearch(Guided, PlanProposer):
                 origin, arch = found
                 self._climbs += 1
                 self._pending.add(arch.hash)
-                self._reach[arch.hash] = "local"
                 target = self.objective.target_mflops
                 within = ("" if not cheaper else ", cheaper" if target is None
                           else f", cheaper, at no more than {target:.4g} MFLOPs")
@@ -256,26 +221,22 @@ class DnasSearch(Guided, PlanProposer):
         """Ask :meth:`_shake` of the best trained architecture (None when it finds none), said with why."""
         ranked = self.ranked()
         arch = self._shake(ranked[0], k, seen) if ranked else None
-        return None if arch is None else self._proposed(arch, "local", f"a {k}-choice change of {ranked[0].hash}")
+        return None if arch is None else self._proposed(arch, f"a {k}-choice change of {ranked[0].hash}")
 
     def _propose_sample(self, seen: set[str]) -> Architecture | None:
         """Ask :meth:`_sample` (None when it finds none), said with why."""
         arch = self._sample(seen)
         if arch is None:
             return None
-        return self._proposed(arch, "sample", "a sample of the space")
+        return self._proposed(arch, "a sample of the space")
 
-    def _proposed(self, arch: Architecture, reach: str, what: str) -> Architecture:
-        """Note ``arch``, a sample or a shake (``reach``: its key in the record), as proposed, and
-        say so with how often samples and local moves were kept."""
+    def _proposed(self, arch: Architecture, what: str) -> Architecture:
+        """Note a sample's or a shake's ``arch`` as proposed, and say so."""
         self._pending.add(arch.hash)
-        self._reach[arch.hash] = reach
         target = self.objective.target_mflops
         within = "" if target is None else f", at no more than {target:.4g} MFLOPs"
-        (sampled, samples), (local, locals_) = self._record["sample"], self._record["local"]
         self._echo(f"dnas: retraining {arch.hash} from scratch ({what}{within}; "
-                   f"{self._stall} proposals told without a new best; kept, not pruned: samples {sampled} of "
-                   f"{samples}, changes and shakes {local} of {locals_})")
+                   f"{self._stall} proposals told without a new best)")
         return arch
 
     def _shake(self, origin: Architecture, k: int, seen: set[str]) -> Architecture | None:
@@ -357,12 +318,8 @@ class DnasSearch(Guided, PlanProposer):
         self.learn(arch, result)
         ranked = self.ranked()
         best = ranked[0].hash if ranked else None
-        reach = self._reach.pop(arch.hash, None)
-        if reach is not None:
-            self._record[reach][0] += result.ok
-            self._record[reach][1] += 1
         if best != self._best:
-            self._stall = self._locals = 0
+            self._stall = self._turns = 0
         else:
             self._stall += 1
         self._best = best
@@ -370,8 +327,7 @@ class DnasSearch(Guided, PlanProposer):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["climbs"] = self._climbs
-        state["stall"] = [self._best, self._stall, self._locals]
-        state["record"] = {reach: list(counts) for reach, counts in self._record.items()}
+        state["stall"] = [self._best, self._stall, self._turns]
         state.update(self.guide_state())
         if self.weights is not None:
             state["logits"] = {label: a.tolist() for label, a in zip(self.weights.labels, self.weights.logits)}
@@ -380,13 +336,8 @@ class DnasSearch(Guided, PlanProposer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._climbs = int(state.get("climbs", 0))
-        best, stall, locals_ = state.get("stall", [None, 0, 0])
-        if "record" not in state:  # an older state: its third entry counted the turns since the stall (every other one a sample)
-            locals_ = int(locals_) // 2
-        self._best, self._stall, self._locals = best, int(stall), int(locals_)
-        for reach, counts in state.get("record", {}).items():
-            if reach in self._record:
-                self._record[reach] = [int(c) for c in counts]
+        best, stall, turns = state.get("stall", [None, 0, 0])
+        self._best, self._stall, self._turns = best, int(stall), int(turns)  # an older state's bool "sampled": 1 = a change is due
         self.load_guide_state(state)
         if "logits" in state:
             self.weights = ArchitectureWeights(self.space)
@@ -395,4 +346,4 @@ class DnasSearch(Guided, PlanProposer):
                     a.copy_(torch.tensor(state["logits"][label]))
 
 
-__all__ = ["REACHES", "DnasSearch", "thompson"]
+__all__ = ["DnasSearch"]
