@@ -88,6 +88,63 @@ def test_rows_and_summary_match_a_hand_computation(tmp_path: Path) -> None:
                                        "diff_pct": pytest.approx(100 * ((0.784 + 0.792) / 2 / best_other - 1))}
 
 
+def with_losses(rng: Any, base: Any, shift: float, noise: float, entropy: float, mflops: float) -> tuple[Any, Any]:
+    """Per-example validation losses ``base - shift`` plus zero-mean noise of sd ``noise``, and a
+    result whose validation NE is their mean over ``entropy`` (as a trial's would be)."""
+    e = rng.normal(0.0, noise, len(base)) if noise else 0.0 * base
+    losses = base - shift + (e - e.mean())
+    return losses, result(float(losses.mean() / entropy), 0.0, mflops)
+
+
+@pytest.mark.parametrize("clear", [True, False])
+def test_the_pick_at_the_target_is_the_rule_among_models_within_the_best_baselines_flops(tmp_path: Path,
+                                                                                           clear: bool) -> None:
+    """A search that returned a model over the best baseline's FLOPs is also read at the target: the
+    winner by its rule among the models at no more than those FLOPs. A cheaper candidate better by
+    far more than the noise (about 15 paired standard errors) is that pick; one better on validation
+    by a tenth of a standard error is not, and the best baseline is."""
+    import numpy as np
+
+    from rankitect.search.standings import ValLosses
+
+    rng, h, n = np.random.default_rng(0), 0.6, 4000
+    base = rng.exponential(0.5, n)
+    losses = {"dcnv2": with_losses(rng, base, 0.0, 0.0, h, 2.0),  # the best baseline by validation NE
+              "big": with_losses(rng, base, 0.05, 0.2, h, 4.0),  # the best of all, at twice its FLOPs
+              "tie": with_losses(rng, base, 0.0005, 0.3, h, 1.0)}  # z = 0.0005 / (0.3 / sqrt(n)) = 0.1
+    if clear:
+        losses["good"] = with_losses(rng, base, 0.01, 0.04, h, 1.5)  # z = 0.01 / (0.04 / sqrt(n)) = 16
+    bases = {"dcnv2": losses["dcnv2"][1], "dlrm": result(0.95, 0.8, 1.0)}  # dlrm: far worse, kept no losses
+    for name, (_, r) in losses.items():
+        r.test_ne = {"dcnv2": 0.80, "big": 0.76, "tie": 0.81, "good": 0.78}[name]
+    folder = tmp_path / "dnas-0"
+    write_search(folder, bases, {k: r for k, (_, r) in losses.items() if k not in bases}, ("candidate", "big"), 100.0)
+    for name, (loss, _) in losses.items():
+        ValLosses(folder / "0123abcd").save(name, loss)
+    run = {"data": "d", "seed": 0, "strategy": "dnas", "wall_s": 120.0, "time_budget": None,
+           **quality_report.read_search(folder)}
+    assert run["at_target"] == ("good" if clear else "dcnv2")
+    row = quality_report.seed_rows({"d/0/dnas": run})[0]
+    assert row["returned"] == "big" and row["diff_pct"] == pytest.approx(100 * (0.76 / 0.80 - 1))
+    assert row["target_returned"] == run["at_target"]
+    assert row["target_diff_pct"] == pytest.approx(100 * (0.78 / 0.80 - 1) if clear else 0.0)
+
+
+def test_the_summary_compares_dnas_with_the_best_other_strategy_at_the_target_too(tmp_path: Path) -> None:
+    """``random`` returns a better model than ``dnas`` but over the FLOPs of the best baseline
+    (dcnv2, 2.0 MFLOPs); at no more than them it has only a worse candidate (its pick there is
+    that one: the losses were not kept, so the plain rule judges it), and dnas is ahead."""
+    runs = {"d/0/dnas": record(tmp_path, "dnas", 0, {"c1": result(0.77, 0.784, 1.5)}, ("candidate", "c1")),
+            "d/0/random": record(tmp_path, "random", 0, {"c2": result(0.70, 0.760, 3.0), "c3": result(0.775, 0.792, 1.0)},
+                                 ("candidate", "c2"))}
+    assert runs["d/0/dnas"]["at_target"] == "c1" and runs["d/0/random"]["at_target"] == "c3"
+    summary = quality_report.aggregate(quality_report.seed_rows(runs), "d")
+    assert summary["dnas_vs_best"] == {"strategy": "random", "diff_pct": pytest.approx(100 * (0.784 / 0.760 - 1))}
+    assert summary["strategies"]["random"]["target_diff_pct"] == pytest.approx(100 * (0.792 / 0.80 - 1))
+    assert summary["dnas_vs_best_at_target"] == {"strategy": "random",
+                                                 "diff_pct": pytest.approx(100 * (0.784 / 0.792 - 1))}
+
+
 def test_dnas_sets_the_clock_and_finished_searches_are_not_run_again(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     args = argparse.Namespace(set=[], strategies=["dnas", "random", "tpe"], min_budget=0.0, quick=False)

@@ -139,9 +139,15 @@ class Results:
         return self.reload()
 
     def refresh(self) -> None:
-        """Re-read the file (other processes' results included) and rewrite its rows and summaries."""
+        """Re-read the file (other processes' results included) and rewrite its rows and summaries.
+        A search recorded before the bench read its pick at the target
+        (:func:`~bench.quality.quality_report.at_target`) has it read from its folder, where that is kept."""
         with self._locked():
             self.data = self._read()
+            for run in self.data["runs"].values():
+                folder = self.path.parent / "runs" / f"{run['data']}-s{run['seed']}-{run['strategy']}" / "searches"
+                if "at_target" not in run and folder.is_dir():
+                    run["at_target"] = report.read_search(folder)["at_target"]
             self.write()
 
     def write(self) -> None:
