@@ -128,6 +128,8 @@ def test_the_pick_at_the_target_is_the_rule_among_models_within_the_best_baselin
     assert row["returned"] == "big" and row["diff_pct"] == pytest.approx(100 * (0.76 / 0.80 - 1))
     assert row["target_returned"] == run["at_target"]
     assert row["target_diff_pct"] == pytest.approx(100 * (0.78 / 0.80 - 1) if clear else 0.0)
+    # the best trained at no more than dcnv2's 2.0 MFLOPs by test NE: good (0.78), else tie (0.81); never big
+    assert row["trained_best_diff_pct"] == pytest.approx(100 * ((0.78 if clear else 0.81) / 0.80 - 1))
 
 
 def test_the_summary_compares_dnas_with_the_best_other_strategy_at_the_target_too(tmp_path: Path) -> None:
@@ -141,6 +143,7 @@ def test_the_summary_compares_dnas_with_the_best_other_strategy_at_the_target_to
     summary = quality_report.aggregate(quality_report.seed_rows(runs), "d")
     assert summary["dnas_vs_best"] == {"strategy": "random", "diff_pct": pytest.approx(100 * (0.784 / 0.760 - 1))}
     assert summary["strategies"]["random"]["target_diff_pct"] == pytest.approx(100 * (0.792 / 0.80 - 1))
+    assert summary["strategies"]["random"]["trained_best_diff_pct"] == pytest.approx(100 * (0.792 / 0.80 - 1))
     assert summary["dnas_vs_best_at_target"] == {"strategy": "random",
                                                  "diff_pct": pytest.approx(100 * (0.784 / 0.792 - 1))}
 
