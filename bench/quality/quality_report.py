@@ -16,7 +16,7 @@ FLOPs, the cap ``target_mflops: auto`` aims at. That is the search's line ``at n
 target_mflops``, printed where its winner costs more. Under the default ``relaxed`` penalty a model
 at or below the target pays nothing, so within the cap the rule ranks by validation NE alone. A
 strategy whose returned model costs more than the best baseline is thus also compared where the
-issue's goal puts every model, at no more than the best baseline's FLOPs.
+quality goal puts every model, at no more than the best baseline's FLOPs.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def seed_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
             tried = [r["test_ne"] for r in run["table"] if r["kind"] == "candidate" and r["status"] == "ok"
                      and r["test_ne"] is not None and at_most(r["mflops"], base["mflops"])]
             if tried:
-                row["trained_best_diff_pct"] = against({"test_ne": min(tried), "mflops": 0.0}, base)["diff_pct"]
+                row["trained_best_diff_pct"] = 100 * (min(tried) / base["test_ne"] - 1)
         capped = next((r for r in run["table"] if r["name"] == run.get("at_target")), None)
         if capped is not None and base is not None:
             row.update(target_returned=capped["name"], target_test_ne=capped["test_ne"],
