@@ -63,6 +63,11 @@ QUICK_SET = ["data.rows=3000", "search.baselines=[dlrm]", "search.trials=1", "tr
              "search.oneshot.sample_size=2"]
 
 
+def run_folder(out: Path, data_label: str, seed: int, strategy: str) -> Path:
+    """The folder of one search under ``--out``: its store, log, command and search folder."""
+    return out / "runs" / f"{data_label}-s{seed}-{strategy}"
+
+
 def label(data: str) -> str:
     """A data set's name in keys and folder names (a file source: its file name without suffix)."""
     return Path(data).stem
@@ -145,7 +150,7 @@ class Results:
         with self._locked():
             self.data = self._read()
             for run in self.data["runs"].values():
-                folder = self.path.parent / "runs" / f"{run['data']}-s{run['seed']}-{run['strategy']}" / "searches"
+                folder = run_folder(self.path.parent, run["data"], run["seed"], run["strategy"]) / "searches"
                 if "at_target" not in run and folder.is_dir():
                     run["at_target"] = report.read_search(folder)["at_target"]
             self.write()
@@ -194,8 +199,8 @@ class Bench:
 
     def search(self, data: str, seed: int, strategy: str, budget_s: float | None) -> dict[str, Any] | None:
         """One search through the CLI; its record, or ``None`` when it failed (its log says why)."""
-        name = f"{label(data)}-s{seed}-{strategy}"
-        folder = self.out / "runs" / name
+        folder = run_folder(self.out, label(data), seed, strategy)
+        name = folder.name
         shutil.rmtree(folder, ignore_errors=True)  # a cut-short attempt's store and folder
         folder.mkdir(parents=True)
         opts = {**self.data_opts(data), "track.uri": f"sqlite:///{folder / 'mlflow.db'}",
