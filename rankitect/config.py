@@ -70,7 +70,7 @@ class TrainConfig:
     val_every: int = 0  # training steps between validations; 0 = every epoch (more often on large data)
     val_batches: int = 0  # 0 = the whole validation split
     test_batches: int = 0  # 0 = the whole test split
-    grace_steps: int = 0  # a model not once below validation NE 1 by a validation at or after this step is ended as hopeless (NaN or inf: at any step)
+    grace_steps: int = 0  # validation NE above 1.5 at or after this step ends a training as diverged (NaN or inf: at any step)
     seed: int = 0
     progress: bool = True  # a progress bar while training (search trials: one bar for the search)
 

@@ -113,8 +113,8 @@ def train_model(
     compile the training forward or convert safe layers to FP8 (see :mod:`rankitect.train.runtime`);
     compile time counts in ``train_seconds``. ``runtime.precision=bf16`` trains under bf16
     autocast (Lightning's ``bf16-mixed``); validations and the returned scores run in float32.
-    Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges or ends no better
-    than the base rate, and whatever ``report`` raises.
+    Raises :class:`~rankitect.train.task.TrialDiverged` when training diverges (see
+    :mod:`rankitect.train.protocol`), and whatever ``report`` raises.
     """
     if steps is not None:
         cfg = replace(cfg, steps=steps)

@@ -16,11 +16,15 @@ ends training at the first step past it with one more validation, so the trainin
 state so far and says it was stopped (:attr:`Protocol.stopped`); an ``on_step`` hook sees every step
 (progress display).
 
-Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step; a
-model that has not once validated below 1 (no better than predicting the base rate) by a validation
-at or after ``train.grace_steps`` is ended as hopeless; and a best validation NE that is not
-below 1 when training ends fails the training, whatever the grace. A model that was below 1 and
-then rises above it is overfitting, not diverging: early stopping ends it and its best state stays.
+Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step, and
+so does a validation NE above :data:`DIVERGED_NE` (1.5) at or after ``train.grace_steps``: a model
+that far above the base rate has blown up, not learned slowly. Every model starts at the base rate
+(its output bias at the log-odds of the training click rate), so a healthy one validates near NE 1
+at first; one that stays a little above 1 (a rare-click log, a slow learning rate) trains on, early
+stopping ends it when it stops improving, and its best state is kept and ranked by its NE like any
+other, however poor. A model that was below 1 and then rises above it is overfitting, not diverging:
+early stopping ends it and its best state stays. A training whose best validation NE is above
+:data:`DIVERGED_NE` when it ends (inside a grace as long as the training) fails as diverged.
 
 >>> from rankitect.config import TrainConfig
 >>> cfg = TrainConfig(batch_size=100, max_epochs=3)
@@ -66,6 +70,11 @@ StepHook = Callable[[int, int, int, int], None]
 
 BUDGET_STOP = "time budget"  # Protocol.stopped of a training ended at its deadline
 
+# A validation NE above this (after train.grace_steps) ends a training as diverged: half as much loss
+# again as predicting the base rate is a model that has blown up, while one that starts a little
+# above 1 (its output drifted from the base rate before its features helped) is only slow.
+DIVERGED_NE = 1.5
+
 
 def deadline_passed(deadline: float | None, now: float | None = None) -> bool:
     """Whether the ``time.time()`` instant ``deadline`` has passed (``None``: there is none).
@@ -106,7 +115,7 @@ def validation_interval(epoch_steps: int, val_batches: int) -> int:
 
 
 def check_warmup(cfg: TrainConfig, total_steps: int | None = None) -> None:
-    """A grace longer than the training (the hopeless rule would never run) is a config error naming both keys."""
+    """A grace longer than the training (the divergence rule would never run) is a config error naming both keys."""
     steps = cfg.steps if total_steps is None else total_steps
     if steps is not None and cfg.grace_steps > steps:
         what = "train.steps" if total_steps is None or total_steps == cfg.steps else "train.max_epochs"
@@ -172,8 +181,8 @@ class Protocol(pl.Callback):
         ne = metrics["val/ne"]
         if not math.isfinite(ne):
             raise TrialDiverged(f"validation NE is {ne} at step {step}")
-        if min(ne, self.best_ne) >= 1.0 and step >= self.cfg.grace_steps:
-            raise TrialDiverged(f"validation NE is {ne:.4f} at step {step}: not once below 1 by the end of the "
+        if ne > DIVERGED_NE and step >= self.cfg.grace_steps:
+            raise TrialDiverged(f"validation NE is {ne:.4f} at step {step}: above {DIVERGED_NE:g} after the "
                                 f"grace (train.grace_steps={self.cfg.grace_steps})")
         if ne < self.best_ne:
             self.best_ne, self.best_step, self._since_best = ne, step, 0
@@ -191,9 +200,10 @@ class Protocol(pl.Callback):
                 raise TrialPruned(str(e), history=self.history, best_ne=self.best_ne, steps=step) from None
 
     def restore_best(self) -> None:
-        """Load the best validated state; fail the training when it is no better than the base rate."""
-        if self.best_state is None or not self.best_ne < 1.0:
-            raise TrialDiverged(f"best validation NE is {self.best_ne:.4f}: no better than predicting the base rate")
+        """Load the best validated state; fail the training when none was validated or the best is
+        above :data:`DIVERGED_NE` (diverged inside a grace as long as the training)."""
+        if self.best_state is None or not self.best_ne <= DIVERGED_NE:
+            raise TrialDiverged(f"best validation NE is {self.best_ne:.4f}: above {DIVERGED_NE:g}, diverged")
         self.model.load_state_dict(self.best_state)
 
     def best_metrics(self) -> dict[str, float]:

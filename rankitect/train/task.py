@@ -18,8 +18,8 @@ from rankitect.train.optim import RowWiseAdagrad
 
 
 class TrialDiverged(RuntimeError):
-    """Training produced a NaN/inf loss, or validation NE above 1 after its grace
-    (``train.grace_steps``), or ended no better than the base rate."""
+    """Training produced a NaN/inf loss or validation NE, or validation NE above
+    :data:`~rankitect.train.protocol.DIVERGED_NE` after its grace (``train.grace_steps``)."""
 
 
 class TrialPruned(RuntimeError):

@@ -99,12 +99,25 @@ def test_nan_loss_fails_before_and_after_warmup(data, monkeypatch: pytest.Monkey
             train_model(model, data, _cfg(max_epochs=3, grace_steps=warmup))
 
 
-def test_never_below_one_after_warmup_fails_at_once(data, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = _cfg(max_epochs=5, grace_steps=EPOCH)  # validation 2 (step 32) is past the warm-up
-    with pytest.raises(TrialDiverged, match="validation NE is 1.0500 at step 16: not once below 1"):
-        _train(data, cfg, [1.05, 1.5, 0.8, 0.8, 0.8], monkeypatch)
-    out, _ = _train(data, _cfg(max_epochs=3, grace_steps=2 * EPOCH), [1.05, 0.9, 1.1], monkeypatch)
-    assert out.metrics["val/ne"] == 0.9  # above 1 inside the warm-up is allowed
+def test_far_above_one_after_the_grace_fails_at_once(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _cfg(max_epochs=5, grace_steps=EPOCH)  # validation 2 (step 32) is past the grace
+    with pytest.raises(TrialDiverged, match="validation NE is 1.6000 at step 32: above 1.5 after the grace"):
+        _train(data, cfg, [1.05, 1.6, 0.8, 0.8, 0.8], monkeypatch)
+    out, _ = _train(data, _cfg(max_epochs=3, grace_steps=2 * EPOCH), [1.6, 0.9, 1.1], monkeypatch)
+    assert out.metrics["val/ne"] == 0.9  # far above 1 inside the grace is allowed
+
+
+def test_a_slow_start_a_little_above_one_trains_on(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rare-click model starts near NE 1 and may validate above it first: not a divergence.
+    out, planted = _train(data, _cfg(max_epochs=4), [1.03, 1.01, 0.97, 0.95], monkeypatch)
+    assert out.metrics["val/ne"] == 0.95 and len(out.history) == 4
+
+
+def test_a_model_never_below_one_is_kept_and_ranked_by_its_ne(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, planted = _train(data, _cfg(max_epochs=4, patience=2), [1.04, 1.02, 1.03, 1.05], monkeypatch)
+    assert out.metrics["val/ne"] == 1.02 and out.best_step == 2 * EPOCH and len(out.history) == 4
+    for k, v in out.model.state_dict().items():
+        assert torch.equal(v, planted.states[1][k]), k
 
 
 def test_overfitting_above_one_is_stopped_not_failed(data, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,12 +125,12 @@ def test_overfitting_above_one_is_stopped_not_failed(data, monkeypatch: pytest.M
     assert len(out.history) == 3 and out.metrics["val/ne"] == 0.95 and out.best_step == EPOCH
 
 
-def test_divergence_before_warmup_fails_when_training_ends(data, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Early stopping ends training at validation 3 (step 48), inside the warm-up (64 steps, as
-    # long as the training: allowed), so no validation stopped it; its best is still above 1.
+def test_divergence_inside_the_grace_fails_when_training_ends(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Early stopping ends training at validation 3 (step 48), inside the grace (64 steps, as long
+    # as the training: allowed), so no validation stopped it; its best is still above 1.5.
     cfg = _cfg(max_epochs=4, patience=1, grace_steps=4 * EPOCH)
-    with pytest.raises(TrialDiverged, match="best validation NE is 1.2000: no better than predicting the base rate"):
-        _train(data, cfg, [1.3, 1.2, 1.25, 1.2], monkeypatch)
+    with pytest.raises(TrialDiverged, match="best validation NE is 1.7000: above 1.5, diverged"):
+        _train(data, cfg, [1.8, 1.7, 1.75, 1.7], monkeypatch)
 
 
 def test_nan_validation_fails_at_any_step(data, monkeypatch: pytest.MonkeyPatch) -> None:
