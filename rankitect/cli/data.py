@@ -32,8 +32,9 @@ def cmd_data_synth(args: argparse.Namespace, cfg: Config) -> int:
 
     generate = generate_categorical if cfg.data.source == SOURCE else generate_synthetic
     out = args.output or f"data/{cfg.data.source if cfg.data.source == SOURCE else 'synthetic'}"
-    rows = {} if cfg.data.rows is None else {"rows": cfg.data.rows}  # None: the generator's default
-    data = generate(out, **rows, seed=cfg.data.seed, progress=True)
+    given = {"rows": cfg.data.rows, "ctr": cfg.data.ctr}
+    data = generate(out, **{k: v for k, v in given.items() if v is not None}, seed=cfg.data.seed,
+                    progress=True)  # None: the generator's default
     _print_description(describe(data))
     print(f"written to {out}")
     return 0

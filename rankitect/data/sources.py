@@ -32,6 +32,7 @@ class DataOptions(Protocol):
 
     rows: int | None
     seed: int
+    ctr: float | None
     schema: str | None
     vocab_size: int
     cache_dir: str | None
@@ -43,13 +44,13 @@ NEEDED_SPLITS = ("train", "val")
 
 def open_data(
     source: str = "synthetic", options: DataOptions | None = None, *, rows: int | None = None,
-    seed: int | None = None, schema: str | Path | None = None, vocab_size: int | None = None,
+    seed: int | None = None, ctr: float | None = None, schema: str | Path | None = None, vocab_size: int | None = None,
     cache_dir: str | Path | None = None, progress: bool = False,
 ) -> ClickData:
     """Open (building and caching on first use) the data set named by ``source``.
 
-    Keyword arguments win over ``options``; ``rows`` and ``seed`` apply to the generated sets
-    (:data:`GENERATED`) only (``rows`` ``None``: each generator's own default),
+    Keyword arguments win over ``options``; ``rows``, ``seed`` and ``ctr`` (the mean click rate)
+    apply to the generated sets (:data:`GENERATED`) only (``None``: each generator's own default),
     ``schema`` to tabular files, ``vocab_size`` to Criteo files (a tabular file takes its own from
     the schema). ``cache_dir`` is the cache root (default: ``$RANKITECT_DATA_DIR`` or
     ``~/.cache/rankitect/data``).
@@ -59,7 +60,7 @@ def open_data(
     whose train labels are all one value; val or test labels of one value are warned about
     (:func:`require_labels`).
     """
-    data = _open(source, options, rows=rows, seed=seed, schema=schema, vocab_size=vocab_size, cache_dir=cache_dir,
+    data = _open(source, options, rows=rows, seed=seed, ctr=ctr, schema=schema, vocab_size=vocab_size, cache_dir=cache_dir,
                  progress=progress)
     return require_labels(require_splits(data, source), source)
 
@@ -94,22 +95,27 @@ def require_labels(data: ClickData, source: str | Path) -> ClickData:
 
 
 def _open(
-    source: str, options: DataOptions | None, *, rows: int | None, seed: int | None, schema: str | Path | None,
+    source: str, options: DataOptions | None, *, rows: int | None, seed: int | None, ctr: float | None,
+    schema: str | Path | None,
     vocab_size: int | None, cache_dir: str | Path | None, progress: bool,
 ) -> ClickData:
     pick = lambda given, name: given if given is not None else getattr(options, name, None)  # noqa: E731
     rows, seed, schema = pick(rows, "rows"), pick(seed, "seed"), pick(schema, "schema")
+    ctr = pick(ctr, "ctr")
     vocab_size, cache_dir = pick(vocab_size, "vocab_size"), pick(cache_dir, "cache_dir")
     if source == "synthetic":
-        from rankitect.data.synthetic import DEFAULT_ROWS, ensure_default_data
+        from rankitect.data.synthetic import DEFAULT_ROWS, TARGET_CTR, ensure_default_data
 
-        return ensure_default_data(rows=DEFAULT_ROWS if rows is None else rows, seed=seed or 0, cache_dir=cache_dir, progress=progress)
+        return ensure_default_data(rows=DEFAULT_ROWS if rows is None else rows, seed=seed or 0, cache_dir=cache_dir,
+                                   progress=progress, ctr=TARGET_CTR if ctr is None else ctr)
     if source == "synthetic-categorical":
         from rankitect.data.synthetic_categorical import DEFAULT_ROWS as CATEGORICAL_ROWS
+        from rankitect.data.synthetic_categorical import TARGET_CTR as CATEGORICAL_CTR
         from rankitect.data.synthetic_categorical import ensure_categorical_data
 
         return ensure_categorical_data(rows=CATEGORICAL_ROWS if rows is None else rows, seed=seed or 0,
-                                       cache_dir=cache_dir, progress=progress)
+                                       cache_dir=cache_dir, progress=progress,
+                                       ctr=CATEGORICAL_CTR if ctr is None else ctr)
     path = Path(source).expanduser()
     if path.is_dir():
         if not is_data_dir(path):

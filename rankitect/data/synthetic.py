@@ -22,7 +22,8 @@ Shape of the data (all of it a function of ``seed``; ``rows`` only says how much
   Per-id weights are N(0, 1) shrunk by ``min(1, 50 / rank)`` in the Zipf tail, so the signal
   sits mostly on ids seen often enough to learn. Each term is standardized on a calibration
   sample, the weights ``a`` put the logit's spread where the Bayes NE is about 0.8, and ``bias``
-  is solved so the mean CTR is 0.25.
+  is solved so the mean CTR is 0.25 (``ctr``: another click rate, e.g. ``0.0064`` for a
+  rare-click ad log; the same teacher, shifted).
   Labels are Bernoulli draws; ``probs`` are stored, so every split knows its Bayes NE.
 
 Determinism: teacher parameters come from ``default_rng([seed, 0])`` alone; request sizes and
@@ -71,7 +72,7 @@ class _Rows:
 class Teacher:
     """The planted click model and the feature distributions, all drawn from ``seed``."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, ctr: float = TARGET_CTR) -> None:
         rng = np.random.default_rng([seed, 0])
         self.vocab = rng.permutation(np.geomspace(10, 100_000, N_SPARSE).round().astype(np.int64))
         self.zipf_a = rng.uniform(1.05, 1.3, N_SPARSE)
@@ -96,7 +97,7 @@ class Teacher:
         terms = self.terms(cal.dense, cal.ids)  # (6, n)
         self.term_scale = TERM_WEIGHTS / (terms.std(axis=1) + 1e-12)
         self.bias = 0.0
-        self.bias = _solve_bias(self.logit(cal.dense, cal.ids), TARGET_CTR)
+        self.bias = _solve_bias(self.logit(cal.dense, cal.ids), check_ctr(ctr))
 
     def _id_table(self, rng: np.random.Generator, f: int, dim: int) -> np.ndarray:
         """Per-id teacher weights ``(vocab, dim)``: N(0, 1) shrunk in the tail by ``min(1, 50 / rank)``.
@@ -187,6 +188,27 @@ def _solve_bias(logit: np.ndarray, target: float) -> float:
     return (lo + hi) / 2
 
 
+def check_ctr(ctr: Any) -> float:
+    """A generator's click rate: a number strictly between 0 and 1.
+
+    >>> check_ctr(0.0064)
+    0.0064
+    """
+    if isinstance(ctr, bool) or not isinstance(ctr, (int, float)) or not 0.0 < ctr < 1.0:
+        raise ValueError(f"ctr must be a click rate strictly between 0 and 1, got {ctr!r}")
+    return float(ctr)
+
+
+def ctr_key(ctr: float, default: float) -> str:
+    """The cache key's part for a click rate: empty at the generator's ``default`` (keys of data
+    sets written before the option existed stay as they were).
+
+    >>> ctr_key(0.25, 0.25), ctr_key(0.0064, 0.25)
+    ('', '-c0.0064')
+    """
+    return "" if ctr == default else f"-c{ctr:g}"
+
+
 def _request_sizes(rng: np.random.Generator, n: int) -> np.ndarray:
     return 1 + rng.binomial(19, 7 / 19, size=n)  # 1..20 candidates, mean 8
 
@@ -222,17 +244,18 @@ def _split_rows(rows: int, seed: int, fractions: Sequence[float]) -> dict[str, i
 
 def generate_synthetic(
     out_dir: str | Path, *, rows: int = DEFAULT_ROWS, seed: int = 0, chunk_rows: int = 65536,
-    progress: bool = False, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    progress: bool = False, fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
 ) -> ClickData:
     """Generate the synthetic data set into ``out_dir`` (replacing one there) and open it.
 
-    Splits are by request (hash of the request id, ``fractions`` train/val/test).
+    Splits are by request (hash of the request id, ``fractions`` train/val/test); ``ctr`` is the
+    mean click rate the teacher's bias is solved for.
     """
     fractions = check_generation(rows, chunk_rows, fractions)
-    teacher = Teacher(seed)
-    params = {"rows": rows, "seed": seed, "fractions": list(fractions), "generator_version": GENERATOR_VERSION}
+    teacher = Teacher(seed, ctr)
+    params = _params(rows, seed, fractions, ctr)
     meta = {"source": "synthetic", "name": "synthetic", "params": params, "cache_key": _cache_key(params),
-            "teacher": {"target_ctr": TARGET_CTR, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
+            "teacher": {"target_ctr": ctr, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
                         "pairs": teacher.pairs, "triples": [list(map(int, t)) for t in teacher.triples]}}
     return write_teacher_rows(out_dir, teacher, meta, lambda c: teacher.probs(c.dense, c.ids), rows=rows, seed=seed,
                               fractions=fractions, chunk_rows=chunk_rows, progress=progress, stream=1)
@@ -284,27 +307,32 @@ def _concat(parts: list[_Rows]) -> _Rows:
     return _Rows(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("dense", "ids", "request_ids", "label_u")))
 
 
+def _params(rows: int, seed: int, fractions: Sequence[float], ctr: float) -> dict:
+    params = {"rows": rows, "seed": seed, "fractions": list(check_fractions(fractions)),
+              "generator_version": GENERATOR_VERSION}
+    return params if ctr == TARGET_CTR else {**params, "ctr": check_ctr(ctr)}
+
+
 def _cache_key(params: dict) -> str:
     fr = "-".join(f"{f:g}" for f in params["fractions"])
-    return f"synthetic-v{params['generator_version']}-r{params['rows']}-s{params['seed']}-f{fr}"
+    ctr = ctr_key(params.get("ctr", TARGET_CTR), TARGET_CTR)
+    return f"synthetic-v{params['generator_version']}-r{params['rows']}-s{params['seed']}-f{fr}{ctr}"
 
 
 def default_data_dir(
     *, rows: int = DEFAULT_ROWS, seed: int = 0, cache_dir: str | Path | None = None,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
 ) -> Path:
     """Where :func:`ensure_default_data` keeps the synthetic set of these parameters (no I/O)."""
-    params = {"rows": rows, "seed": seed, "fractions": list(check_fractions(fractions)),
-              "generator_version": GENERATOR_VERSION}
-    return data_cache_root(cache_dir) / _cache_key(params)
+    return data_cache_root(cache_dir) / _cache_key(_params(rows, seed, fractions, ctr))
 
 
 def ensure_default_data(
     *, rows: int = DEFAULT_ROWS, seed: int = 0, cache_dir: str | Path | None = None, progress: bool = False,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
 ) -> ClickData:
     """The synthetic data set of these parameters, generated into the cache once and reused after."""
-    out = default_data_dir(rows=rows, seed=seed, cache_dir=cache_dir, fractions=fractions)
+    out = default_data_dir(rows=rows, seed=seed, cache_dir=cache_dir, fractions=fractions, ctr=ctr)
     out.parent.mkdir(parents=True, exist_ok=True)
     return cached(out, out.name, lambda d: generate_synthetic(d, rows=rows, seed=seed, progress=progress,
-                                                             fractions=fractions))
+                                                             fractions=fractions, ctr=ctr))

@@ -45,7 +45,7 @@ from rankitect.data.spec import FeatureSpec, SparseFeature
 from rankitect.data.clickdata import ClickData
 from rankitect.data.store import cached, data_cache_root
 from rankitect.data.synthetic import (
-    _calibration_sizes, _Rows, _solve_bias, check_generation, write_teacher_rows,
+    _calibration_sizes, _Rows, _solve_bias, check_ctr, check_generation, ctr_key, write_teacher_rows,
 )
 
 SOURCE = "synthetic-categorical"
@@ -82,7 +82,7 @@ class CategoricalTeacher:
     ``term_scale`` ``(4,)`` and ``bias``.
     """
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, ctr: float = TARGET_CTR) -> None:
         rng = np.random.default_rng([seed, 10])
         self.vocab = np.array([n + 1 for _, _, n in FIELDS])
         self.user_cdf, self.item_cdf = _zipf_cdf(USERS, USER_ZIPF), _zipf_cdf(ITEMS, ITEM_ZIPF)
@@ -101,7 +101,7 @@ class CategoricalTeacher:
         terms = self.terms(cal.ids)  # (4, n)
         self.term_scale = TERM_WEIGHTS / (terms.std(axis=1) + 1e-12)
         self.bias = 0.0
-        self.bias = _solve_bias(self.logit(cal.ids), TARGET_CTR)
+        self.bias = _solve_bias(self.logit(cal.ids), check_ctr(ctr))
 
     def _table(self, rng: np.random.Generator, f: int, dim: int) -> np.ndarray:
         """Per-id weights ``(vocab, dim)``, N(0, 1); user and item ids shrunk by ``min(1, TAIL_RANK / rank)``.
@@ -180,45 +180,48 @@ def _sparse_cross(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
 
 def generate_categorical(
     out_dir: str | Path, *, rows: int = DEFAULT_ROWS, seed: int = 0, chunk_rows: int = 65536,
-    progress: bool = False, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    progress: bool = False, fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
 ) -> ClickData:
     """Generate the all-categorical set into ``out_dir`` (replacing one there) and open it.
 
-    Splits are by request (hash of the request id, ``fractions`` train/val/test).
+    Splits are by request (hash of the request id, ``fractions`` train/val/test); ``ctr`` is the
+    mean click rate the teacher's bias is solved for.
     """
     fractions = check_generation(rows, chunk_rows, fractions)
-    teacher = CategoricalTeacher(seed)
-    params = _params(rows, seed, fractions)
+    teacher = CategoricalTeacher(seed, ctr)
+    params = _params(rows, seed, fractions, ctr)
     meta = {"source": SOURCE, "name": SOURCE, "params": params, "cache_key": _cache_key(params),
-            "teacher": {"target_ctr": TARGET_CTR, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
+            "teacher": {"target_ctr": ctr, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
                         "attribute_pairs": [list(p) for p in ATTRIBUTE_PAIRS], "crosses": [list(c) for c in CROSSES]}}
     return write_teacher_rows(out_dir, teacher, meta, lambda c: teacher.probs(c.ids), rows=rows, seed=seed,
                               fractions=fractions, chunk_rows=chunk_rows, progress=progress, stream=11)
 
 
-def _params(rows: int, seed: int, fractions: Sequence[float]) -> dict:
-    return {"rows": rows, "seed": seed, "fractions": list(check_fractions(fractions)),
-            "generator_version": GENERATOR_VERSION}
+def _params(rows: int, seed: int, fractions: Sequence[float], ctr: float = TARGET_CTR) -> dict:
+    params = {"rows": rows, "seed": seed, "fractions": list(check_fractions(fractions)),
+              "generator_version": GENERATOR_VERSION}
+    return params if ctr == TARGET_CTR else {**params, "ctr": check_ctr(ctr)}
 
 
 def _cache_key(params: dict) -> str:
     fr = "-".join(f"{f:g}" for f in params["fractions"])
-    return f"{SOURCE}-v{params['generator_version']}-r{params['rows']}-s{params['seed']}-f{fr}"
+    ctr = ctr_key(params.get("ctr", TARGET_CTR), TARGET_CTR)
+    return f"{SOURCE}-v{params['generator_version']}-r{params['rows']}-s{params['seed']}-f{fr}{ctr}"
 
 
 def categorical_data_dir(
     *, rows: int = DEFAULT_ROWS, seed: int = 0, cache_dir: str | Path | None = None,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
 ) -> Path:
     """Where :func:`ensure_categorical_data` keeps the set of these parameters (no I/O)."""
-    return data_cache_root(cache_dir) / _cache_key(_params(rows, seed, fractions))
+    return data_cache_root(cache_dir) / _cache_key(_params(rows, seed, fractions, ctr))
 
 
 def ensure_categorical_data(
     *, rows: int = DEFAULT_ROWS, seed: int = 0, cache_dir: str | Path | None = None, progress: bool = False,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
 ) -> ClickData:
     """The all-categorical set of these parameters, generated into the cache once and reused after."""
-    out = categorical_data_dir(rows=rows, seed=seed, cache_dir=cache_dir, fractions=fractions)
+    out = categorical_data_dir(rows=rows, seed=seed, cache_dir=cache_dir, fractions=fractions, ctr=ctr)
     return cached(out, out.name, lambda d: generate_categorical(d, rows=rows, seed=seed, progress=progress,
-                                                                fractions=fractions))
+                                                                fractions=fractions, ctr=ctr))

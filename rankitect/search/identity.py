@@ -43,7 +43,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "search.oneshot.supernet.log_every", "search.dnas.supernet.log_every",
     "train.progress", "runtime.", "track.", "data.",
 )
-SYNTHETIC_KEYS = ("data.source", "data.rows", "data.seed")  # the generator's parameters (synthetic data)
+SYNTHETIC_KEYS = ("data.source", "data.rows", "data.seed", "data.ctr")  # the generator's parameters (synthetic data)
 
 
 def may_change(key: str) -> bool:

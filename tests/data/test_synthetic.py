@@ -95,3 +95,21 @@ def test_default_data_is_generated_once(tmp_path, monkeypatch) -> None:
     assert again.path == first.path and again.meta == first.meta
     with pytest.raises(AssertionError, match="regenerated"):
         ensure_default_data(rows=1600)  # other parameters: another cache entry
+
+
+def test_a_rare_click_rate_shifts_the_same_teacher(tmp_path) -> None:
+    # The same rows and teacher, only the bias moved: a rare-click ad log (under 1% clicks).
+    rare = generate_synthetic(tmp_path / "rare", rows=20_000, seed=0, ctr=0.0064)
+    common = generate_synthetic(tmp_path / "common", rows=20_000, seed=0)
+    labels, probs = _all(rare, "labels"), _all(rare, "probs").astype(np.float64)
+    assert abs(probs.mean() - 0.0064) < 0.002
+    assert abs(labels.mean() - 0.0064) < 4 * np.sqrt(0.0064 / 20_000)  # a binomial's spread
+    np.testing.assert_array_equal(_all(rare, "sparse"), _all(common, "sparse"))
+    # logit(p_rare) - logit(p_common) is one constant: the teacher's bias, solved for the rate
+    logit = lambda p: np.log(p) - np.log1p(-p)  # noqa: E731
+    shift = logit(probs) - logit(_all(common, "probs").astype(np.float64))
+    assert np.ptp(shift[np.isfinite(shift)]) < 1e-3 and shift.mean() < -3
+    assert rare.meta["params"]["ctr"] == 0.0064 and "ctr" not in common.meta["params"]
+    assert default_data_dir(rows=100, ctr=0.0064) != default_data_dir(rows=100)
+    with pytest.raises(ValueError, match="ctr must be a click rate strictly between 0 and 1, got 1.5"):
+        generate_synthetic(tmp_path / "bad", rows=100, ctr=1.5)

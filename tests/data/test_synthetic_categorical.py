@@ -122,6 +122,10 @@ def test_opened_by_name_and_cached(tmp_path) -> None:
     assert first.source == "synthetic-categorical" and first.meta["params"]["rows"] == 2000
     other = open_data("synthetic-categorical", rows=2000, seed=2, cache_dir=tmp_path)
     assert other.path != first.path
+    rare = open_data("synthetic-categorical", rows=2000, seed=1, ctr=0.01, cache_dir=tmp_path)
+    assert rare.path != first.path and rare.meta["params"]["ctr"] == 0.01
+    np.testing.assert_array_equal(_all(rare, "sparse"), _all(first, "sparse"))  # the same rows, fewer clicks
+    assert _all(rare, "probs").astype(np.float64).mean() < 0.02 < _all(first, "probs").astype(np.float64).mean()
 
 
 def test_a_baseline_learns_it_but_not_past_the_floor(tmp_path) -> None:
