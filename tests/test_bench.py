@@ -57,7 +57,7 @@ def test_winner_rule_reads_the_lines_a_search_writes(tmp_path: Path) -> None:
     is the cheapest within the noise of a pricier best candidate, both against the best baseline."""
     from bench.quality import winner_rule
     from rankitect.eval.result import TrialResult
-    from rankitect.search.selection import Entrant, Pick
+    from rankitect.search.judging.selection import Entrant, Pick
 
     def entrant(name: str, kind: str, val: float, test: float, mflops: float) -> Entrant:
         return Entrant(name, kind, TrialResult(val_ne=val, test_ne=test, mflops=mflops, params=1))

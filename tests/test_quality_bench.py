@@ -105,7 +105,7 @@ def test_the_pick_at_the_target_is_the_rule_among_models_within_the_best_baselin
     by a tenth of a standard error is not, and the best baseline is."""
     import numpy as np
 
-    from rankitect.search.standings import ValLosses
+    from rankitect.search.judging.standings import ValLosses
 
     rng, h, n = np.random.default_rng(0), 0.6, 4000
     base = rng.exponential(0.5, n)

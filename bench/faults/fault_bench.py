@@ -60,7 +60,7 @@ def kills(env: dict[str, str], work: Path, n: int, trials: int, seed: int) -> di
     """Kill -9 a search ``n`` times at random moments, resume it each time, run it to its end."""
     from mlflow import MlflowClient
 
-    from rankitect.search.checkpoint import load_state
+    from rankitect.search.running.checkpoint import load_state
 
     rng, parent, survived = random.Random(seed), None, 0
     argv = ["search", "--strategy", "evolution", "--trials", str(trials), "train.steps=20", "train.grace_steps=20",
@@ -91,7 +91,7 @@ def kills(env: dict[str, str], work: Path, n: int, trials: int, seed: int) -> di
 def together(env: dict[str, str], work: Path, storage: str, processes: int, trials: int) -> dict[str, object]:
     """``processes`` searches released at once on the fresh ``storage``."""
     from rankitect.search._optuna import counts
-    from rankitect.search.shared_study import load_shared_study
+    from rankitect.search.running.shared_study import load_shared_study
     from tests.search.together import start_together
 
     argv = ["search", "--strategy", "random", "--trials", str(trials), "--storage", storage, "--study-name", "s",
@@ -235,7 +235,7 @@ def baseline_kills(env: dict[str, str], work: Path, cases: list[tuple[str, int, 
     must also end within it, counting the time spent before the signal."""
     from mlflow import MlflowClient
 
-    from rankitect.search.checkpoint import load_state
+    from rankitect.search.running.checkpoint import load_state
 
     uri, rows = env["MLFLOW_TRACKING_URI"], []
     for signame, k, workers in cases:
@@ -255,7 +255,7 @@ def baseline_kills(env: dict[str, str], work: Path, cases: list[tuple[str, int, 
                "workers": workers, "survived": int(done.returncode == 0 and after.done)}
         row |= _baseline_account(uri, parent, before, after)
         if budget:
-            from rankitect.search.budget import parse_duration
+            from rankitect.search.running.budget import parse_duration
 
             row["within budget"] = after.elapsed <= parse_duration(budget) + 60  # plus a validation and the end
         rows.append(row)

@@ -133,7 +133,7 @@ def curves(args: argparse.Namespace) -> None:
 
 
 def pruning(args: argparse.Namespace) -> None:
-    from rankitect.search.runner import SearchRunner
+    from rankitect.search.running.runner import SearchRunner
 
     print(f"\n== evolution with and without pruning, {args.budget} each, data {args.data} ==")
     print(f"{'data':10s} {'seed':>4s} {'pruning':8s} {'found test NE':>13s} {'candidates':>10s} {'pruned':>6s} "

@@ -10,7 +10,7 @@ search, which every other strategy of the seed is compared with; a difference in
 NE against it (negative: better).
 
 Beside what a search returned, the bench reads what it would return *at the target*: the winner by
-the search's own rule (:func:`~rankitect.search.selection.choose_winner` with its ``min_gain_se`` and
+the search's own rule (:func:`~rankitect.search.judging.selection.choose_winner` with its ``min_gain_se`` and
 the per-example validation losses it kept) among its ok trials at no more than its best baseline's
 FLOPs, the cap ``target_mflops: auto`` aims at. That is the search's line ``at no more than
 target_mflops``, printed where its winner costs more. Under the default ``relaxed`` penalty a model
@@ -32,8 +32,8 @@ import pandas as pd
 
 from rankitect.eval.objective import Objective, at_most
 from rankitect.eval.result import TrialResult
-from rankitect.search.selection import DEFAULT_MIN_GAIN_SE, Entrant, choose_winner
-from rankitect.search.standings import ValLosses
+from rankitect.search.judging.selection import DEFAULT_MIN_GAIN_SE, Entrant, choose_winner
+from rankitect.search.judging.standings import ValLosses
 
 TABLE_COLUMNS = ("name", "kind", "status", "val_ne", "test_ne", "test_auc", "mflops", "winner")
 CLOCK = "dnas"  # the strategy whose search time is every other strategy's time budget

@@ -21,7 +21,7 @@ from bench.common import parse_args
 from rankitect.config import TrainConfig
 from rankitect.cost import measure
 from rankitect.data import open_data
-from rankitect.search.trial import candidates_per_request
+from rankitect.search.running.trial import candidates_per_request
 from rankitect.space import get_baseline
 from rankitect.train.loop import train_architecture
 

@@ -67,7 +67,7 @@ def around(space: Any, start: Any, n: int, rng: np.random.Generator) -> list[Any
 def best_baseline(space: Any, data: Any, train_cfg: Any, name: str) -> tuple[Any, dict[str, float]]:
     """The start: baseline ``name``, or with ``auto`` the best by validation NE of those the space
     holds (each trained once); returns it and the stand-alone val NE of every one trained."""
-    from rankitect.search.trial import run_trial
+    from rankitect.search.running.trial import run_trial
     from rankitect.space.baselines import BASELINES, get_baseline
 
     names = list(BASELINES) if name == "auto" else [name]
@@ -122,8 +122,8 @@ def one_run(cfg: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     from rankitect.data import open_data
     from rankitect.eval.ranking import kendall_tau
     from rankitect.supernet.oneshot_phase import make_scorer
-    from rankitect.search.sizing import space_for
-    from rankitect.search.trial import run_trial
+    from rankitect.search.proposing.sizing import space_for
+    from rankitect.search.running.trial import run_trial
     from rankitect.supernet.train import evaluate_path
 
     train_cfg = dataclasses.replace(cfg.train, seed=seed)

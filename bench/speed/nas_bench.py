@@ -44,7 +44,7 @@ from rankitect.search.strategies.oneshot import best_scored
 from rankitect.supernet.dnas_phase import dnas_search
 from rankitect.supernet.oneshot_phase import make_scorer, train_supernet
 from rankitect.supernet.train import build_supernet
-from rankitect.search.trial import run_trial
+from rankitect.search.running.trial import run_trial
 from rankitect.space import get_space
 from rankitect.space.baselines import BASELINES, get_baseline
 

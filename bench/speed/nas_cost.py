@@ -56,7 +56,7 @@ def child(strategy: str, data_dir: str, threads: int, overrides: list[str] = ())
     import torch
 
     from rankitect.config import load_config
-    from rankitect.search.runner import SearchRunner
+    from rankitect.search.running.runner import SearchRunner
 
     torch.set_num_threads(threads)
     cfg = load_config(overrides=[f"data.source={data_dir}", f"search.strategy={strategy}", "train.progress=false",

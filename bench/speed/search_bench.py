@@ -32,9 +32,9 @@ from rankitect.config import load_config
 from rankitect.data import open_data
 from rankitect.eval.evaluate import evaluate
 from rankitect.eval.result import TrialResult
-from rankitect.search.runner import SearchRunner
-from rankitect.search.pruning import Rungs
-from rankitect.search.trial import run_trial
+from rankitect.search.running.runner import SearchRunner
+from rankitect.search.judging.pruning import Rungs
+from rankitect.search.running.trial import run_trial
 from rankitect.space import cost
 from rankitect.space.baselines import get_baseline
 from rankitect.track import Tracker

@@ -62,7 +62,7 @@ def finetune_run(
     import torch
 
     from rankitect.data.spec import FeatureSpec
-    from rankitect.search.progress import TrainingProgress
+    from rankitect.search.running.progress import TrainingProgress
     from rankitect.export.exporter import read_state_dict
     from rankitect.eval.result import TrialResult
     from rankitect.space import build_model

@@ -39,8 +39,8 @@ def add_commands(sub: Any) -> None:
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
-    from rankitect.search.progress import SearchProgress
-    from rankitect.search.runner import SearchRunner
+    from rankitect.search.running.progress import SearchProgress
+    from rankitect.search.running.runner import SearchRunner
 
     if cfg.runtime.compile or cfg.runtime.precision != "fp32":
         print("note: runtime.compile and runtime.precision apply to train and finetune; search trials run eager "

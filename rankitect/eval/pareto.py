@@ -89,7 +89,7 @@ def pareto_table(
         objective: scores an ok result (:class:`~rankitect.eval.objective.Objective`); validation NE if omitted.
         x, y: the Pareto axes, both minimized.
         winner: ``(kind, name)`` of the row to mark as the winner, chosen by the caller (a search
-            weighs the noise of validation: :func:`rankitect.search.selection.choose_winner`).
+            weighs the noise of validation: :func:`rankitect.search.judging.selection.choose_winner`).
 
     Results are :class:`~rankitect.eval.result.TrialResult` or anything with its attributes. Columns:
     ``name`` (the hash for candidates), ``hash``, ``kind`` (``candidate`` | ``baseline``), ``status``,

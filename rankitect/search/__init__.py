@@ -5,7 +5,7 @@
 weight-sharing ``oneshot`` and ``dnas``, which train a supernet when the runner starts them
 (:meth:`~rankitect.search.base.Strategy.start`) and then propose what it chose; each lives in
 :mod:`rankitect.search.strategies`, the runtime that runs them beside it here. Every one is a
-:class:`~rankitect.search.base.Proposer` run by the one loop of :class:`~rankitect.search.runner.SearchRunner`.
+:class:`~rankitect.search.base.Proposer` run by the one loop of :class:`~rankitect.search.running.runner.SearchRunner`.
 Optuna is imported only when a strategy that needs it is built.
 """
 

@@ -2,7 +2,7 @@
 
 Optuna is imported only here and only when a strategy needs it (the CLI starts faster). What
 processes sharing one storage need (locks, the shared study, the trial budget across processes)
-is :mod:`rankitect.search.shared_study`.
+is :mod:`rankitect.search.running.shared_study`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def open_study(storage: Any | None, study_name: str | None, directions: list[str
     """A new in-memory study (``storage=None``) or the named study of an Optuna storage object
     (a journal file, an RDB storage), created if new. An existing study with other directions is
     refused. A study shared by processes through an RDB URL is opened by
-    :meth:`rankitect.search.shared_study.SharedStudy.open`, under the storage's lock.
+    :meth:`rankitect.search.running.shared_study.SharedStudy.open`, under the storage's lock.
     """
     optuna = import_optuna()
     if storage is None:

@@ -25,7 +25,7 @@ from rankitect.eval.objective import Objective
 
 def objective_from_config(cfg: SearchConfig) -> Objective:
     """The objective of ``cfg``; ``target_mflops: auto`` (or ``cheapest``) has no target until
-    :func:`~rankitect.search.selection.auto_target`."""
+    :func:`~rankitect.search.judging.selection.auto_target`."""
     target = None if isinstance(cfg.target_mflops, str) else cfg.target_mflops
     return Objective(target_mflops=target, penalty=cfg.penalty, weight=cfg.penalty_weight)
 
@@ -79,7 +79,7 @@ def strategy_options_from_config(cfg: SearchConfig) -> dict[str, Any]:
     if "fill" in accepted:  # a supernet's choice first, then more until search.trials are trained (or time is up)
         options["fill"] = cfg.trials
     if cfg.storage is not None and "shared" in accepted:
-        from rankitect.search.shared_study import SharedStudy
+        from rankitect.search.running.shared_study import SharedStudy
 
         options.update(shared=SharedStudy(cfg.storage, cfg.study_name))
     return options

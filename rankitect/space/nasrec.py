@@ -220,6 +220,6 @@ def nasrec_full_space(
     rocs_shares: Sequence[float | None] = ROCS_SHARES, recipe: Mapping[str, Sequence[Any]] | None = None,
 ) -> NasrecSpace:
     """NASRec-Full's menus by name, whatever the data (``search.space=nasrec_full``); the space is
-    ``nasrec`` with its default menus, never sized (:mod:`rankitect.search.sizing`)."""
+    ``nasrec`` with its default menus, never sized (:mod:`rankitect.search.proposing.sizing`)."""
     return nasrec_space(embedding_dim=embedding_dim, use_dense=use_dense, rocs=rocs, rocs_shares=rocs_shares,
                         recipe=recipe)

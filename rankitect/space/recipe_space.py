@@ -9,7 +9,7 @@ today's values put back (:func:`strip_recipe`).
 
 Today's values are in every default menu, so the baselines stay points of every space. Table
 widths are ``None`` (``D``), a quarter and a half of ``D``, and ``2 D``; the search sizing drops the
-menu of a vocabulary group the data has no feature in (:mod:`rankitect.search.sizing`), whose
+menu of a vocabulary group the data has no feature in (:mod:`rankitect.search.proposing.sizing`), whose
 choice would change the genotype but not the model.
 
 >>> menus = default_recipe_menus(16)

@@ -8,23 +8,24 @@ the whole validation split at the end of every epoch (on large data every
 brought no better validation NE, and gets back the weights of its best validation before it is
 tested. The per-example validation losses of that best validation are kept too
 (:attr:`Protocol.best_losses`): a search compares two models on the same rows with them (a paired
-test, see :mod:`rankitect.search.selection`). A search may also stop a training early through a
+test, see :mod:`rankitect.search.judging.selection`). A search may also stop a training early through a
 ``report`` hook that is called after every validation with the best validation NE so far and raises
 :class:`~rankitect.train.task.TrialPruned` (successive halving, see
-:mod:`rankitect.search.pruning`). A ``deadline`` (a ``time.time()`` instant: a search's time budget)
+:mod:`rankitect.search.judging.pruning`). A ``deadline`` (a ``time.time()`` instant: a search's time budget)
 ends training at the first step past it with one more validation, so the training returns its best
 state so far and says it was stopped (:attr:`Protocol.stopped`); an ``on_step`` hook sees every step
 (progress display).
 
 Honest results: a NaN or infinite loss or validation NE ends training as diverged at any step, and
-so does a validation NE above :data:`DIVERGED_NE` (1.5) at or after ``train.grace_steps``: a model
-that far above the base rate has blown up, not learned slowly. Every model starts at the base rate
-(its output bias at the log-odds of the training click rate), so a healthy one validates near NE 1
-at first; one that stays a little above 1 (a rare-click log, a slow learning rate) trains on, early
-stopping ends it when it stops improving, and its best state is kept and ranked by its NE like any
-other, however poor. A model that was below 1 and then rises above it is overfitting, not diverging:
-early stopping ends it and its best state stays. A training whose best validation NE is above
-:data:`DIVERGED_NE` when it ends (inside a grace as long as the training) fails as diverged.
+so does a validation NE above :data:`DIVERGED_NE` (1.5) at or after ``train.grace_steps`` when no
+validation before it was at or below 1.5: a model that far above the base rate has blown up, not
+learned slowly. Every model starts at the base rate (its output bias at the log-odds of the
+training click rate), so a healthy one validates near NE 1 at first; one that stays a little above
+1 (a rare-click log, a slow learning rate) trains on, early stopping ends it when it stops
+improving, and its best state is kept and ranked by its NE like any other, however poor. A model
+that was below 1 and then rises above it is overfitting, not diverging: early stopping ends it and
+its best state stays. A training whose best validation NE is above :data:`DIVERGED_NE` when it
+ends (inside a grace as long as the training) fails as diverged.
 
 >>> from rankitect.config import TrainConfig
 >>> cfg = TrainConfig(batch_size=100, max_epochs=3)
@@ -181,7 +182,7 @@ class Protocol(pl.Callback):
         ne = metrics["val/ne"]
         if not math.isfinite(ne):
             raise TrialDiverged(f"validation NE is {ne} at step {step}")
-        if ne > DIVERGED_NE and step >= self.cfg.grace_steps:
+        if ne > DIVERGED_NE and not self.best_ne <= DIVERGED_NE and step >= self.cfg.grace_steps:
             raise TrialDiverged(f"validation NE is {ne:.4f} at step {step}: above {DIVERGED_NE:g} after the "
                                 f"grace (train.grace_steps={self.cfg.grace_steps})")
         if ne < self.best_ne:

@@ -58,7 +58,7 @@ def _scripted(gain_in_se: float, n: int = 4_000) -> list:
     beef. Per-example losses with H = 0.5, so NE = mean loss / 0.5."""
     import numpy as np
 
-    from rankitect.search.selection import Entrant
+    from rankitect.search.judging.selection import Entrant
 
     rng = np.random.default_rng(0)
     base = rng.exponential(0.5, n)
@@ -76,7 +76,7 @@ def _scripted(gain_in_se: float, n: int = 4_000) -> list:
 
 def test_closing_lines_name_the_baseline_the_rule_kept_and_why_the_better_candidate_lost() -> None:
     from rankitect.eval.objective import Objective
-    from rankitect.search.selection import choose_winner
+    from rankitect.search.judging.selection import choose_winner
 
     entrants = _scripted(0.5)
     choice = choose_winner(entrants, Objective(), min_gain_se=1.0)
@@ -94,7 +94,7 @@ def test_closing_lines_name_the_baseline_the_rule_kept_and_why_the_better_candid
 
 def test_closing_lines_of_a_winning_candidate_compare_it_with_the_best_baseline() -> None:
     from rankitect.eval.objective import Objective
-    from rankitect.search.selection import choose_winner
+    from rankitect.search.judging.selection import choose_winner
 
     entrants = _scripted(3.0)
     choice = choose_winner(entrants, Objective(), min_gain_se=1.0)
@@ -108,7 +108,7 @@ def test_closing_lines_of_a_winning_candidate_compare_it_with_the_best_baseline(
 
 def test_closing_lines_say_when_no_candidate_beat_the_best_baseline_on_validation() -> None:
     from rankitect.eval.objective import Objective
-    from rankitect.search.selection import choose_winner
+    from rankitect.search.judging.selection import choose_winner
 
     entrants = [e for e in _scripted(0.5) if e.name != "7dff"]
     first, second = choose_winner(entrants, Objective(), min_gain_se=1.0).lines(1.0)

@@ -14,7 +14,7 @@ import pytest
 
 from rankitect.config import load_config
 from rankitect.eval.result import TrialResult
-from rankitect.search.pruning import Rungs, first_rung
+from rankitect.search.judging.pruning import Rungs, first_rung
 from rankitect.train.task import TrialPruned
 
 CURVES = {  # name: best validation NE so far after validations 1..6

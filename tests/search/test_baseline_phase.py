@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rankitect.config import load_config
-from rankitect.search.checkpoint import SearchState, load_state
-from rankitect.search.runner import SearchRunner
+from rankitect.search.running.checkpoint import SearchState, load_state
+from rankitect.search.running.runner import SearchRunner
 from rankitect.train.protocol import Schedule
 
 from tests.learnable import learnable_source
@@ -57,7 +57,7 @@ def test_sigterm_during_the_kth_baseline_then_resume_trains_each_once(
 ) -> None:
     """In-process, one worker: SIGTERM arrives inside the k-th baseline's training. Every training
     that ran to its end is counted: each baseline's exactly once over both processes."""
-    from rankitect.search import trial
+    from rankitect.search.running import trial
     from rankitect.signals import Stopped
 
     real, calls, trained = trial.run_trial, [], []
@@ -170,8 +170,8 @@ def test_a_process_waiting_for_a_killed_first_process_says_how_to_go_on(
     for the view gives up once the first one's heartbeat is older than OWNER_SILENT_S, naming the
     resume command, instead of waiting for ever."""
     from rankitect.errors import UserError
-    from rankitect.search import shared_study
-    from rankitect.search.shared_study import SharedStudy
+    from rankitect.search.running import shared_study
+    from rankitect.search.running.shared_study import SharedStudy
 
     shared = [*TINY, f"search.storage=sqlite:///{tmp_path}/study.db", "search.study_name=s"]
     proc = subprocess.Popen([sys.executable, "-m", "rankitect", "search", *shared], env=env, cwd=tmp_path,
@@ -199,7 +199,7 @@ def test_a_process_waiting_for_a_killed_first_process_says_how_to_go_on(
 
 
 def test_the_heartbeat_beats_until_its_block_ends(tmp_path: Path) -> None:
-    from rankitect.search.shared_study import HEARTBEAT_ATTR, SharedStudy, owner_heartbeat
+    from rankitect.search.running.shared_study import HEARTBEAT_ATTR, SharedStudy, owner_heartbeat
 
     study = SharedStudy(f"sqlite:///{tmp_path}/study.db", "s")
     study.open(["minimize"])

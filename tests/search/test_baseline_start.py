@@ -11,10 +11,10 @@ from rankitect.config import load_config
 from rankitect.eval.result import TrialResult
 from rankitect.search import build_strategy
 from rankitect.search import _optuna
-from rankitect.search.shared_study import takes_budget
+from rankitect.search.running.shared_study import takes_budget
 from rankitect.eval.objective import Objective
-from rankitect.search.runner import SearchRunner
-from rankitect.search.selection import Entrant, Pick
+from rankitect.search.running.runner import SearchRunner
+from rankitect.search.judging.selection import Entrant, Pick
 from rankitect.space import get_space
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.testing import tiny_spec

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from rankitect.config import DnasConfig, OneShotConfig, SupernetConfig, TrainConfig
-from rankitect.search.budget import TimeBudget
+from rankitect.search.running.budget import TimeBudget
 from rankitect.eval.objective import Objective
 from rankitect.space import get_space
 from rankitect.space.baselines import get_baseline

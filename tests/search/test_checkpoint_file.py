@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rankitect.errors import UserError
-from rankitect.search.checkpoint import SearchState, load_state, save_state
+from rankitect.search.running.checkpoint import SearchState, load_state, save_state
 
 
 def test_a_saved_state_loads_back(tmp_path) -> None:

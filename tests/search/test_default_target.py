@@ -15,7 +15,7 @@ import pytest
 from rankitect.config import load_config
 from rankitect.eval.result import TrialResult
 from rankitect.search.factory import objective_from_config
-from rankitect.search.selection import Entrant, auto_target, choose_winner
+from rankitect.search.judging.selection import Entrant, auto_target, choose_winner
 
 H = 0.5  # the validation split's entropy, nats
 N = 4_000

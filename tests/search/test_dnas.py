@@ -41,7 +41,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     # A small nasrec menu: the mechanics are those of any space.
-    monkeypatch.setattr("rankitect.search.sizing.get_space", lambda name, **kw: get_space(
+    monkeypatch.setattr("rankitect.search.proposing.sizing.get_space", lambda name, **kw: get_space(
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     code = main(["search", "--strategy", "dnas", "--target-mflops", "0.01", f"data.source={learnable_source()}",
                  "search.trials=1", "train.max_epochs=1", "search.space=nasrec", "search.flops_range=null",
@@ -75,7 +75,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     # Killed after the supernet phase chose its winner but before the retraining was recorded:
     # the resume retrains the planned architecture and trains no supernet again.
-    from rankitect.search.checkpoint import load_state, save_state
+    from rankitect.search.running.checkpoint import load_state, save_state
 
     state_path = Path(client.get_run(parent).data.tags["rankitect.checkpoint"])
     state = load_state(state_path)
@@ -88,7 +88,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     def no_supernet(*args: object, **kwargs: object) -> None:
         raise AssertionError("a resumed search with a plan must not train a supernet")
 
-    monkeypatch.setattr("rankitect.search.plan_proposer.build_supernet", no_supernet)
+    monkeypatch.setattr("rankitect.search.proposing.plan_proposer.build_supernet", no_supernet)
     assert main(["search", "--resume", parent]) == 0
     runs = client.search_runs(exp, f"tags.`mlflow.parentRunId` = '{parent}'")
     retrained = [r for r in runs if r.data.tags["rankitect.kind"] == "candidate"]

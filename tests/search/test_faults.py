@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rankitect.config import load_config
-from rankitect.search.checkpoint import load_state
-from rankitect.search.runner import SearchRunner
+from rankitect.search.running.checkpoint import load_state
+from rankitect.search.running.runner import SearchRunner
 
 TINY = ["data.rows=3000", "train.steps=1", "train.batch_size=64", "train.val_every=1", "train.val_batches=1",
         "train.test_batches=1", "runtime.threads=1", "search.baselines=[]", "search.strategy=random",
@@ -63,7 +63,7 @@ def test_a_signal_during_a_trial_kills_it_and_resume_continues(env: dict[str, st
     run is KILLED, the checkpoint holds the first trial, and a resume finishes every trial."""
     import signal
 
-    from rankitect.search import trial
+    from rankitect.search.running import trial
     from rankitect.signals import Stopped
 
     storage = f"sqlite:///{tmp_path}/study.db"
@@ -89,7 +89,7 @@ def test_a_signal_during_a_trial_kills_it_and_resume_continues(env: dict[str, st
     killed = [r for r in _children(parent) if r.info.status == "KILLED"]
     assert [r.data.tags["genotype_hash"] for r in killed] == [calls[1]]
     from rankitect.search._optuna import STOPPED_ATTR, counts
-    from rankitect.search.shared_study import load_shared_study
+    from rankitect.search.running.shared_study import load_shared_study
 
     trials = load_shared_study(storage, "s").get_trials()
     assert [t.user_attrs["genotype_hash"] for t in trials if STOPPED_ATTR in t.user_attrs] == [calls[1]]

@@ -14,7 +14,7 @@ import pytest
 
 from rankitect.cli import main
 from rankitect.config import load_config
-from rankitect.search.runner import SearchRunner
+from rankitect.search.running.runner import SearchRunner
 
 from tests.learnable import learnable_source
 from .tiny_data import tiny_click_data
@@ -183,7 +183,7 @@ def test_every_key_that_may_change_is_a_config_key() -> None:
     make its new name part of the identity."""
     from rankitect.config import Config
     from rankitect.config_rules import flatten, to_dict
-    from rankitect.search.identity import MAY_CHANGE, config_identity
+    from rankitect.search.running.identity import MAY_CHANGE, config_identity
 
     keys = flatten(to_dict(Config()))
     for name in MAY_CHANGE:

@@ -246,7 +246,7 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     monkeypatch.chdir(tmp_path)
     # A small nasrec menu: the mechanics are those of any space.
-    monkeypatch.setattr("rankitect.search.sizing.get_space", lambda name, **kw: get_space(
+    monkeypatch.setattr("rankitect.search.proposing.sizing.get_space", lambda name, **kw: get_space(
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     code = main(["search", "--strategy", "oneshot", f"data.source={learnable_source()}", "train.max_epochs=1",
                  "train.batch_size=64", "search.space=nasrec", "search.flops_range=null",

@@ -12,7 +12,7 @@ from rankitect.errors import ConfigError
 from rankitect.eval.result import TrialResult
 from rankitect.search import STRATEGIES, SearchContext, SpaceExhausted, build_strategy
 from rankitect.search.base import register_strategy
-from rankitect.search.plan_proposer import PlanProposer
+from rankitect.search.proposing.plan_proposer import PlanProposer
 from rankitect.space import get_space
 
 

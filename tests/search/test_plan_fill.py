@@ -28,9 +28,9 @@ TINY = [
 @pytest.mark.parametrize("strategy", ["dnas", "oneshot"])
 def test_without_a_time_budget_a_supernet_search_trains_search_trials_candidates(
         strategy: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from rankitect.search.runner import SearchRunner
+    from rankitect.search.running.runner import SearchRunner
 
-    monkeypatch.setattr("rankitect.search.sizing.get_space", lambda name, **kw: get_space(
+    monkeypatch.setattr("rankitect.search.proposing.sizing.get_space", lambda name, **kw: get_space(
         name, **{**SMALL_NASREC, "num_blocks": 2}))
     lines: list[str] = []
     cfg = load_config(overrides=[*TINY, f"search.strategy={strategy}"])

@@ -26,7 +26,7 @@ POOL_SCRIPT = textwrap.dedent("""
     import numpy as np
     from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
     from rankitect.data.store import StoreWriter
-    from rankitect.search.trial import TrialPool
+    from rankitect.search.running.trial import TrialPool
 
     out = sys.argv[1]
     spec = FeatureSpec(dense=(DenseFeature("d0"),), sparse=(SparseFeature("s0", 5),), name="t")

@@ -12,10 +12,10 @@ import yaml
 
 from rankitect.config import load_config
 from rankitect.eval.result import TrialResult
-from rankitect.search.checkpoint import TrialRecord
-from rankitect.search.progress import SearchProgress
-from rankitect.search.record import trial_line
-from rankitect.search.runner import SearchRunner
+from rankitect.search.running.checkpoint import TrialRecord
+from rankitect.search.running.progress import SearchProgress
+from rankitect.search.running.record import trial_line
+from rankitect.search.running.runner import SearchRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,7 +168,7 @@ def test_the_quick_config_runs_its_baselines_and_trials_and_no_more(env: dict[st
 def test_a_training_shows_its_epoch_and_step_of_a_known_total() -> None:
     """``rankitect finetune``'s line: off a terminal once a minute and at the last step, with an ETA
     at the pace of the steps so far."""
-    from rankitect.search.progress import TrainingProgress
+    from rankitect.search.running.progress import TrainingProgress
 
     clock, stream = Clock(), io.StringIO()
     progress = TrainingProgress("finetune", stream=stream, tty=False, clock=clock)

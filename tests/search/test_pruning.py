@@ -13,9 +13,9 @@ import rankitect.train.protocol as protocol
 from rankitect.config import load_config
 from rankitect.errors import ConfigError
 from rankitect.eval.result import TrialResult
-from rankitect.search.budget import parse_duration
-from rankitect.search.pruning import Rungs, first_rung
-from rankitect.search.runner import SearchRunner
+from rankitect.search.running.budget import parse_duration
+from rankitect.search.judging.pruning import Rungs, first_rung
+from rankitect.search.running.runner import SearchRunner
 from rankitect.train.task import TrialPruned
 
 from tests.learnable import learnable_source
@@ -215,7 +215,7 @@ def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(
     if shared:  # the rung study lives in the shared storage; the pruned proposal holds no slot
         import optuna
 
-        from rankitect.search.shared_study import shared_trial_count
+        from rankitect.search.running.shared_study import shared_trial_count
 
         rungs = optuna.load_study(study_name="s.rungs", storage=storage).get_trials()
         assert len(rungs) == 4 and all(1 in t.intermediate_values for t in rungs)

@@ -15,8 +15,8 @@ import pytest
 
 from rankitect.cli import main
 from rankitect.config import load_config
-from rankitect.search.checkpoint import load_state
-from rankitect.search.runner import SearchRunner
+from rankitect.search.running.checkpoint import load_state
+from rankitect.search.running.runner import SearchRunner
 
 from tests.learnable import learnable_source
 from .pg_server import postgres_server

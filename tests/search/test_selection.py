@@ -16,9 +16,9 @@ from rankitect.config import TrainConfig, load_config
 from rankitect.eval.metrics import entropy
 from rankitect.eval.result import TrialResult
 from rankitect.eval.objective import Objective
-from rankitect.search.runner import SearchRunner
-from rankitect.search.selection import Entrant, auto_target, choose_winner, paired_gain
-from rankitect.search.standings import ValLosses
+from rankitect.search.running.runner import SearchRunner
+from rankitect.search.judging.selection import Entrant, auto_target, choose_winner, paired_gain
+from rankitect.search.judging.standings import ValLosses
 from rankitect.space.baselines import get_baseline
 from rankitect.train.loop import train_architecture
 from tests.learnable import learnable_source

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rankitect.search import build_strategy
-from rankitect.search.shared_study import SharedStudy
+from rankitect.search.running.shared_study import SharedStudy
 from tests.search.toy import ToySpace, toy_result
 
 
@@ -97,7 +97,7 @@ def test_a_proposal_past_the_shared_budget_is_failed_and_never_counted(storage, 
     """Two processes with the last trial of the budget in sight both propose: the earlier
     proposal keeps the slot, the later one is marked over budget, failed, and counts nowhere."""
     from rankitect.search._optuna import OVER_BUDGET_ATTR, import_optuna
-    from rankitect.search.shared_study import claim_budget, shared_trial_count
+    from rankitect.search.running.shared_study import claim_budget, shared_trial_count
 
     study_name = f"budget-{name}"
     first = build_strategy(name, ToySpace(), seed=0, shared=SharedStudy(storage, study_name))
@@ -120,7 +120,7 @@ def test_a_claim_judges_its_own_proposal_not_a_duplicate_still_being_marked(stor
     it (judging that one past the budget raced with its failure: UpdateFinishedTrialError); so does
     giving back the first process's running trials when it is stopped."""
     from rankitect.search import _optuna
-    from rankitect.search.shared_study import claim_budget, release_running
+    from rankitect.search.running.shared_study import claim_budget, release_running
 
     study_name = "claim-own"
     space = ToySpace()

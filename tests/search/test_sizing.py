@@ -14,7 +14,7 @@ from rankitect.data import open_data
 from rankitect.space import cost, get_space
 from rankitect.space.baselines import BASELINES, get_baseline
 from rankitect.space.nasrec import NASREC_TOKENS, NASREC_WIDTHS
-from rankitect.search.sizing import (
+from rankitect.search.proposing.sizing import (
     BASELINE_MENUS, SITE_CAP, auto_flops_range, cap_sites, check_flops_range, contains_baselines, space_for,
 )
 from rankitect.space.testing import tiny_spec

@@ -1,6 +1,6 @@
-"""The running best of :class:`~rankitect.search.standings.Standings` against the rule applied from
+"""The running best of :class:`~rankitect.search.judging.standings.Standings` against the rule applied from
 scratch: after every trial, the winner that decides what to keep is the winner of
-:func:`~rankitect.search.selection.choose_winner` over every trial so far, every loss loaded; the
+:func:`~rankitect.search.judging.selection.choose_winner` over every trial so far, every loss loaded; the
 kept names are every baseline, the ``keep_top_k`` best ok candidates and that winner; and a loss
 file is read only for a trial that can win, once."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
-from rankitect.search.checkpoint import TrialRecord
-from rankitect.search.selection import Entrant, choose_winner
-from rankitect.search.standings import Standings, ValLosses
+from rankitect.search.running.checkpoint import TrialRecord
+from rankitect.search.judging.selection import Entrant, choose_winner
+from rankitect.search.judging.standings import Standings, ValLosses
 
 ROWS, H = 400, 0.5  # validation rows; the split's entropy (NE = mean loss / H)
 

@@ -42,7 +42,7 @@ def _start_together_and_check(storage: str, env: dict[str, str], tmp_path: Path)
     from mlflow import MlflowClient
 
     from rankitect.search._optuna import counts
-    from rankitect.search.shared_study import load_shared_study
+    from rankitect.search.running.shared_study import load_shared_study
 
     argv = ["search", "--strategy", "random", "--trials", "4", "--storage", storage, "--study-name", "s", *TINY]
     procs = start_together([argv] * PROCESSES, env, tmp_path)

@@ -12,7 +12,7 @@ from rankitect.config import SurrogateConfig
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search import build_strategy
-from rankitect.search.surrogate import Guide, RidgeEnsemble
+from rankitect.search.proposing.surrogate import Guide, RidgeEnsemble
 from rankitect.space import get_space
 from tests.search.toy import ToySpace, toy_result
 
@@ -253,8 +253,8 @@ def test_a_search_logs_what_the_surrogate_predicted_beside_what_was_measured(env
     from mlflow import MlflowClient
 
     from rankitect.config import load_config
-    from rankitect.search.checkpoint import load_state
-    from rankitect.search.runner import SearchRunner
+    from rankitect.search.running.checkpoint import load_state
+    from rankitect.search.running.runner import SearchRunner
     from tests.search.test_runner import TINY, _children
 
     # Random recipes (learning rates, dropout, norms) leave many few-step trainings no better than

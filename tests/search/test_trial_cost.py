@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rankitect.cost import measure
-from rankitect.search.trial import candidates_per_request
+from rankitect.search.running.trial import candidates_per_request
 from rankitect.serve.rocs import rocs_cost
 from rankitect.space import get_baseline
 from rankitect.space.flops import cost

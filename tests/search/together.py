@@ -15,7 +15,7 @@ _LAUNCH = (
     "import sys\n"
     "import mlflow, optuna, pytorch_lightning, torch\n"
     "from rankitect.cli import main\n"
-    "import rankitect.search.runner\n"
+    "import rankitect.search.running.runner\n"
     f"print({READY!r}, flush=True)\n"
     "sys.stdin.readline()\n"
     "raise SystemExit(main(sys.argv[1:]))\n"

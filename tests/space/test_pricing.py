@@ -146,7 +146,7 @@ def test_train_refuses_a_million_layer_file_with_exit_2(tmp_path: Path, monkeypa
 
 def test_a_candidate_above_the_budget_fails_its_trial_only(tmp_path: Path) -> None:
     from rankitect.config import TrainConfig
-    from rankitect.search.trial import run_trial
+    from rankitect.search.running.trial import run_trial
 
     class Data:  # run_trial prices before it touches the data beyond its spec
         spec = tiny_spec()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankitect.search.sizing import recipe_menus_for
+from rankitect.search.proposing.sizing import recipe_menus_for
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.baselines import BASELINES, engineer_space_for, get_baseline
 from rankitect.space.recipe import Recipe

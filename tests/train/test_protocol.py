@@ -100,9 +100,9 @@ def test_nan_loss_fails_before_and_after_warmup(data, monkeypatch: pytest.Monkey
 
 
 def test_far_above_one_after_the_grace_fails_at_once(data, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = _cfg(max_epochs=5, grace_steps=EPOCH)  # validation 2 (step 32) is past the grace
+    cfg = _cfg(max_epochs=5, grace_steps=2 * EPOCH)  # validation 2 (step 32) is the first past the grace
     with pytest.raises(TrialDiverged, match="validation NE is 1.6000 at step 32: above 1.5 after the grace"):
-        _train(data, cfg, [1.05, 1.6, 0.8, 0.8, 0.8], monkeypatch)
+        _train(data, cfg, [1.7, 1.6, 0.8, 0.8, 0.8], monkeypatch)
     out, _ = _train(data, _cfg(max_epochs=3, grace_steps=2 * EPOCH), [1.6, 0.9, 1.1], monkeypatch)
     assert out.metrics["val/ne"] == 0.9  # far above 1 inside the grace is allowed
 
@@ -118,6 +118,13 @@ def test_a_model_never_below_one_is_kept_and_ranked_by_its_ne(data, monkeypatch:
     assert out.metrics["val/ne"] == 1.02 and out.best_step == 2 * EPOCH and len(out.history) == 4
     for k, v in out.model.state_dict().items():
         assert torch.equal(v, planted.states[1][k]), k
+
+
+def test_rising_far_above_one_after_a_good_start_is_overfitting(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, planted = _train(data, _cfg(max_epochs=6, patience=0), [0.9, 0.8, 1.2, 1.7, 0.7, 0.75], monkeypatch)
+    assert len(out.history) == 6 and out.metrics["val/ne"] == 0.7 and out.best_step == 5 * EPOCH
+    for k, v in out.model.state_dict().items():
+        assert torch.equal(v, planted.states[4][k]), k
 
 
 def test_overfitting_above_one_is_stopped_not_failed(data, monkeypatch: pytest.MonkeyPatch) -> None:

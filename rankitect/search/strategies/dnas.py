@@ -26,9 +26,9 @@ from rankitect.config import DnasConfig, SurrogateConfig
 from rankitect.eval.objective import Objective, at_most
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import SearchContext, Space, SpaceExhausted, register_strategy
-from rankitect.search.plan_proposer import PlanProposer
+from rankitect.search.proposing.plan_proposer import PlanProposer
 from rankitect.search.strategies.random import draw_new
-from rankitect.search.surrogate import Guide, Guided
+from rankitect.search.proposing.surrogate import Guide, Guided
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.dnas_phase import dnas_phase
 from rankitect.supernet.dnas_weights import ArchitectureWeights
@@ -56,7 +56,7 @@ class DnasSearch(Guided, PlanProposer):
     paths, and retraining the most probable paths alone, one after another, learns nothing from any
     of them.
 
-    With a surrogate (``search.surrogate``, :mod:`rankitect.search.surrogate`) the change trained is
+    With a surrogate (``search.surrogate``, :mod:`rankitect.search.proposing.surrogate`) the change trained is
     the best-ranked of all the origin's untried ones (42 to 100 around the baselines on the development
     data sets; ties in the weights' order), by a surrogate fitted on every trained model, baselines and
     pruned changes included.
@@ -69,7 +69,7 @@ class DnasSearch(Guided, PlanProposer):
     away, is reached as ``random`` and ``evolution`` reach it, while a climb that keeps finding
     better models runs as before.
 
-    Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
+    Takes the options of :class:`~rankitect.search.proposing.plan_proposer.PlanProposer`; ``config`` is the
     ``search.dnas`` settings.
     """
 
@@ -176,7 +176,7 @@ class DnasSearch(Guided, PlanProposer):
         keeps looking for a better model at the target's cost, which is what ``target_mflops: auto``
         asks for. Below the target it looks for a cheaper model as good as the best, which is what
         the winner's rule returns (the cheapest candidate within the noise of the best,
-        :mod:`rankitect.search.selection`); the first kind grows a model as readily as it shrinks
+        :mod:`rankitect.search.judging.selection`); the first kind grows a model as readily as it shrinks
         it. A kind with nothing left gives its turn to the other.
 
         Changes move one choice at a time, and the surrogate predicts an option no trained model
@@ -306,7 +306,7 @@ class DnasSearch(Guided, PlanProposer):
         at the test split's fan-out where ROCS-masked), once per architecture."""
         if arch.hash not in self._mflops:
             from rankitect.cost import measure
-            from rankitect.search.trial import candidates_per_request
+            from rankitect.search.running.trial import candidates_per_request
 
             fan_out = candidates_per_request(self._data) if arch.rocs else None
             self._mflops[arch.hash] = measure(arch, self._data.spec, fan_out).served_mflops

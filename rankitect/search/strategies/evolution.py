@@ -19,7 +19,7 @@ Baselines the runner trained first are *observed* (:meth:`RegularizedEvolution.o
 the history as finished members, so the random initial population is that much smaller and the
 first tournaments already mutate the best hand-built model.
 
-With a surrogate (``search.surrogate``, :mod:`rankitect.search.surrogate`) a tournament's winner is
+With a surrogate (``search.surrogate``, :mod:`rankitect.search.proposing.surrogate`) a tournament's winner is
 mutated ``candidates`` times and the child the surrogate ranks best is trained (and the random
 initial population is drawn the same way, ``candidates`` samples per ask): the surrogate, fitted
 on every finished trial, baselines and pruned ones included, spends the training on the most
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from rankitect.eval.objective import Objective
 from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
-from rankitect.search.history import Record, make_history
-from rankitect.search.shared_study import SharedStudy
+from rankitect.search.proposing.history import Record, make_history
+from rankitect.search.running.shared_study import SharedStudy
 from rankitect.search.strategies.random import GuidedHistory, draw_new
-from rankitect.search.surrogate import Guide
+from rankitect.search.proposing.surrogate import Guide
 
 if TYPE_CHECKING:
     from rankitect.config import SurrogateConfig
@@ -54,7 +54,7 @@ class RegularizedEvolution(GuidedHistory, Strategy):
         num_mutations: choices changed per mutation.
         max_retries: rejected children (or random samples) per ask before giving up.
         shared: share history and population with other processes through this study (see
-            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared_study`).
+            :mod:`rankitect.search.proposing.history`; the runner hands it over, :mod:`rankitect.search.running.shared_study`).
         surrogate: ``search.surrogate``: rank ``candidates`` children (or samples) per ask (None or
             disabled: one).
     """

@@ -10,7 +10,7 @@ import rankitect.search._optuna as _optuna
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Space, register_strategy
-from rankitect.search.shared_study import SharedStudy
+from rankitect.search.running.shared_study import SharedStudy
 from rankitect.search.strategies.optuna import OptunaStrategy
 
 

@@ -31,7 +31,7 @@ from rankitect.config import OneShotConfig
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import SearchContext, SpaceExhausted, Strategy, register_strategy
-from rankitect.search.plan_proposer import PlanProposer
+from rankitect.search.proposing.plan_proposer import PlanProposer
 from rankitect.search.strategies.evolution import RegularizedEvolution
 from rankitect.space.architecture import Architecture
 from rankitect.supernet.model import Supernet
@@ -98,7 +98,7 @@ class OneShotSearch(PlanProposer):
     (:meth:`search`), then the best children proposed to be retrained from scratch: ``supernet.top_k``, or
     ``search.trials`` where that is more (``fill``), best first.
 
-    Takes the options of :class:`~rankitect.search.plan_proposer.PlanProposer`; ``config`` is the
+    Takes the options of :class:`~rankitect.search.proposing.plan_proposer.PlanProposer`; ``config`` is the
     ``search.oneshot`` settings.
     """
 

@@ -16,7 +16,7 @@ Baselines trained before the search are added to the study as its first finished
 (:meth:`OptunaStrategy.observe`); they take none of the trial budget.
 
 By default the study lives in memory and the ``state_dict`` holds its trials. Given a
-:class:`~rankitect.search.shared_study.SharedStudy` (the runner hands one over with ``search.storage``,
+:class:`~rankitect.search.running.shared_study.SharedStudy` (the runner hands one over with ``search.storage``,
 an Optuna RDB URL: ``sqlite:///search.db``, ``postgresql://...``) the study is shared: several
 processes, on one or many machines, ask and tell into it, and the ``state_dict`` keeps only this
 process's running trials. TPE runs with ``constant_liar`` so that trials running
@@ -33,7 +33,7 @@ import rankitect.search._optuna as _optuna
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash
-from rankitect.search.shared_study import SharedStudy, proposal_lock
+from rankitect.search.running.shared_study import SharedStudy, proposal_lock
 
 if TYPE_CHECKING:
     from rankitect.space import Architecture

@@ -1,7 +1,7 @@
 """Random search: uniform samples of the space, never the same genotype twice.
 
 The baseline every strategy must beat (Li & Talwalkar 2019, arXiv 1902.07638). With a surrogate
-(``search.surrogate``, :mod:`rankitect.search.surrogate`) each proposal draws ``candidates`` new
+(``search.surrogate``, :mod:`rankitect.search.proposing.surrogate`) each proposal draws ``candidates`` new
 samples and trains the one the surrogate, fitted on every finished trial, ranks best.
 """
 
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Space, SpaceExhausted, Strategy, arch_hash, register_strategy
-from rankitect.search.history import make_history, observe
-from rankitect.search.shared_study import SharedStudy
-from rankitect.search.surrogate import Guide, Guided
+from rankitect.search.proposing.history import make_history, observe
+from rankitect.search.running.shared_study import SharedStudy
+from rankitect.search.proposing.surrogate import Guide, Guided
 
 if TYPE_CHECKING:
     from rankitect.config import SurrogateConfig
@@ -94,7 +94,7 @@ class RandomSearch(GuidedHistory, Strategy):
         space, seed, objective: see :class:`~rankitect.search.base.Strategy`.
         max_retries: samples drawn per ask before giving up with ``SpaceExhausted``.
         shared: share the history with other processes through this study (see
-            :mod:`rankitect.search.history`; the runner hands it over, :mod:`rankitect.search.shared_study`).
+            :mod:`rankitect.search.proposing.history`; the runner hands it over, :mod:`rankitect.search.running.shared_study`).
         surrogate: ``search.surrogate``: rank ``candidates`` samples per ask (None or disabled: one).
     """
 

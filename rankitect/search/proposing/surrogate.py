@@ -207,7 +207,7 @@ class Guide:
         """Price candidates as the search does (:func:`~rankitect.cost.measure`, served at the test
         split's fan-out where ROCS-masked), once per architecture."""
         from rankitect.cost import measure
-        from rankitect.search.trial import candidates_per_request
+        from rankitect.search.running.trial import candidates_per_request
 
         cache: dict[str, float] = {}
 

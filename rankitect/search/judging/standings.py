@@ -1,7 +1,7 @@
 """Where a search's finished trials stand: its winner, the winner under a cost cap, the Pareto table,
 and the trials whose weights are kept.
 
-:mod:`rankitect.search.selection` holds the rule (a :class:`~rankitect.search.selection.Pick` from
+:mod:`rankitect.search.judging.selection` holds the rule (a :class:`~rankitect.search.judging.selection.Pick` from
 entrants); :class:`Standings` feeds it a search's trials. Per-example validation losses
 (:class:`ValLosses`) are read only for the trials that can win: the baselines and the candidates
 with a lower objective than every baseline. After each recorded trial :meth:`Standings.update` keeps
@@ -20,16 +20,16 @@ import numpy as np
 import pandas as pd
 
 from rankitect.eval.objective import Objective, at_most
-from rankitect.search.selection import Entrant, Pick, choose_winner
+from rankitect.search.judging.selection import Entrant, Pick, choose_winner
 
 if TYPE_CHECKING:
-    from rankitect.search.checkpoint import TrialRecord
+    from rankitect.search.running.checkpoint import TrialRecord
     from rankitect.space.architecture import Architecture
 
 
 class Standings:
     """The finished trials of one search, ranked by ``objective`` under the winner rule with
-    ``min_gain_se`` (see :mod:`rankitect.search.selection`)."""
+    ``min_gain_se`` (see :mod:`rankitect.search.judging.selection`)."""
 
     def __init__(self, objective: Objective, min_gain_se: float, val_losses: ValLosses) -> None:
         self.min_gain_se, self.val_losses = min_gain_se, val_losses
@@ -54,7 +54,7 @@ class Standings:
         return Entrant(record.name, record.kind, r, self.val_losses.load(record.name) if losses and r.ok else None)
 
     def pick(self, trials: list[TrialRecord]) -> Pick | None:
-        """The winner of ``trials`` (:func:`~rankitect.search.selection.choose_winner`). Losses are
+        """The winner of ``trials`` (:func:`~rankitect.search.judging.selection.choose_winner`). Losses are
         read for the baselines and the candidates with a lower objective than every baseline only:
         no other trial can win (and without a baseline the plain rule needs none)."""
         bar = self._bar(trials)

@@ -158,7 +158,7 @@ class SearchProgress(LineProgress):
             self._draw()
 
     def estimate(self, seconds_per_trial: float) -> None:
-        """Seconds a trial takes, before any has finished (see :func:`~rankitect.search.estimate`)."""
+        """Seconds a trial takes, before any has finished (see :func:`~rankitect.search.proposing.estimate`)."""
         self.per_trial = seconds_per_trial
 
     def finished(self, name: str, result: Any, line: str) -> None:
@@ -230,7 +230,7 @@ class SearchProgress(LineProgress):
         return budget_left if guess is None else min(guess, budget_left)
 
     def _read_steps_files(self) -> None:
-        from rankitect.search.trial import read_steps
+        from rankitect.search.running.trial import read_steps
 
         for name, path in list(self.steps_files.items()):
             steps = read_steps(path)

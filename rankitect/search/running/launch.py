@@ -1,10 +1,10 @@
 """Starting a search's trials and collecting what they return.
 
-A :class:`Launcher` trains in this process (:class:`~rankitect.search.trial.InlineRunner`) or in a
-local pool of ``search.workers`` processes (:class:`~rankitect.search.trial.TrialPool`). Every trial
+A :class:`Launcher` trains in this process (:class:`~rankitect.search.running.trial.InlineRunner`) or in a
+local pool of ``search.workers`` processes (:class:`~rankitect.search.running.trial.TrialPool`). Every trial
 reports its validations to the rung study of successive halving where ``search.pruning`` is on
-(:class:`~rankitect.search.pruning.Rungs`), leaves its weights where the recorder picks them up
-(:class:`~rankitect.search.kept.KeptWeights`), stops at the time budget's deadline, and shows its
+(:class:`~rankitect.search.judging.pruning.Rungs`), leaves its weights where the recorder picks them up
+(:class:`~rankitect.search.running.kept.KeptWeights`), stops at the time budget's deadline, and shows its
 steps in the search's progress display (a pool's workers through a steps file the display reads).
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from rankitect.config import Config
-from rankitect.search.budget import TimeBudget
-from rankitect.search.kept import KeptWeights
-from rankitect.search.progress import LineProgress
-from rankitect.search.pruning import Rungs, RungTicket
-from rankitect.search.trial import InlineRunner, StepFile, TrialOutput, TrialPool, trial_output
+from rankitect.search.running.budget import TimeBudget
+from rankitect.search.running.kept import KeptWeights
+from rankitect.search.running.progress import LineProgress
+from rankitect.search.judging.pruning import Rungs, RungTicket
+from rankitect.search.running.trial import InlineRunner, StepFile, TrialOutput, TrialPool, trial_output
 from rankitect.space.architecture import Architecture
 
 
@@ -43,7 +43,7 @@ class Launcher:
 
     def open_rungs(self, cfg: Config) -> None:
         """The rung study of successive halving (``search.pruning``: asha or hyperband), see
-        :mod:`~rankitect.search.pruning`."""
+        :mod:`~rankitect.search.judging.pruning`."""
         search = cfg.search
         if search.pruning != "none":
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",

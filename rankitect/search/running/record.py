@@ -2,11 +2,11 @@
 
 A finished trial is written to the checkpoint first, then logged as a child run of the search's
 parent run, then the checkpoint is written again with the run's id (see
-:mod:`rankitect.search.checkpoint`); :meth:`Recorder.reconcile` logs, on resume, the trials a kill
+:mod:`rankitect.search.running.checkpoint`); :meth:`Recorder.reconcile` logs, on resume, the trials a kill
 left between the two writes. With shared storage every finished trial is also shared with the
-other processes (:mod:`rankitect.search.shared_study`), and :meth:`Recorder.all_trials` reads theirs back.
-After each trial the running best (:class:`~rankitect.search.standings.Standings`) says whose
-weights stay on their runs (:mod:`rankitect.search.kept`).
+other processes (:mod:`rankitect.search.running.shared_study`), and :meth:`Recorder.all_trials` reads theirs back.
+After each trial the running best (:class:`~rankitect.search.judging.standings.Standings`) says whose
+weights stay on their runs (:mod:`rankitect.search.running.kept`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from rankitect.config import Config
 from rankitect.config_rules import to_dict
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import STOPPED_TAG, Proposer
-from rankitect.search.budget import TimeBudget
-from rankitect.search.checkpoint import SearchState, TrialRecord, new_trial_id, save_state
-from rankitect.search.kept import KeptWeights
-from rankitect.search.shared_study import SharedStudy
-from rankitect.search.standings import Standings
-from rankitect.search.trial import TrialOutput
+from rankitect.search.running.budget import TimeBudget
+from rankitect.search.running.checkpoint import SearchState, TrialRecord, new_trial_id, save_state
+from rankitect.search.running.kept import KeptWeights
+from rankitect.search.running.shared_study import SharedStudy
+from rankitect.search.judging.standings import Standings
+from rankitect.search.running.trial import TrialOutput
 from rankitect.signals import Stopped
 from rankitect.track.names import TRIAL as TRIAL_TAG, TRIAL_ID as TRIAL_ID_TAG
 from rankitect.space.architecture import Architecture
@@ -138,7 +138,7 @@ class Recorder:
 
     def keep_weights(self) -> None:
         """Move the kept trials' weights to their runs, delete the others' and take them off the runs
-        of trials kept until now and no longer (see :class:`~rankitect.search.kept.KeptWeights`)."""
+        of trials kept until now and no longer (see :class:`~rankitect.search.running.kept.KeptWeights`)."""
         kept = self._keep()
         self.weights.sync(self.state.trials, kept, (self._kept or set()) - kept)
         self._kept = kept

@@ -25,7 +25,7 @@ import numpy as np
 from rankitect.config import TrainConfig
 from rankitect.cost import measure
 from rankitect.eval.result import TrialResult
-from rankitect.search.pruning import RungTicket
+from rankitect.search.judging.pruning import RungTicket
 from rankitect.space.architecture import Architecture
 from rankitect.space.pricing import check_fits
 
@@ -72,7 +72,7 @@ def read_steps(path: str | Path) -> tuple[int, int, int, int] | None:
 @dataclass
 class TrialOutput:
     """A trial's result plus what only the caller may want: the validation curve, the per-example
-    validation losses of its best validation (an ok trial's; see :mod:`rankitect.search.selection`)
+    validation losses of its best validation (an ok trial's; see :mod:`rankitect.search.judging.selection`)
     and a failure's traceback."""
 
     result: TrialResult

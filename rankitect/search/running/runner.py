@@ -1,16 +1,16 @@
 """The search runner: one loop, propose -> train and score -> record, for every strategy.
 
 ``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, resolves
-what they decide (:mod:`rankitect.search.baseline_phase`), starts the strategy (a
+what they decide (:mod:`rankitect.search.running.baseline_phase`), starts the strategy (a
 :class:`~rankitect.search.base.Proposer` from the one registry; ``oneshot`` and ``dnas`` train their
 supernet here), then trains what it proposes until its budget (``search.trials``, or a supernet's
 ``top_k``) has finished, across every process sharing ``search.storage``
-(:mod:`rankitect.search.shared_study`), in this process or in a local pool of ``search.workers`` processes
-(:mod:`rankitect.search.launch`). Every finished trial is recorded at once (checkpoint, child run,
-kept weights: :mod:`rankitect.search.record`); ``resume(run_id)`` continues a killed search exactly
-where its checkpoint stands (see :mod:`rankitect.search.checkpoint`). A candidate that fails becomes
+(:mod:`rankitect.search.running.shared_study`), in this process or in a local pool of ``search.workers`` processes
+(:mod:`rankitect.search.running.launch`). Every finished trial is recorded at once (checkpoint, child run,
+kept weights: :mod:`rankitect.search.running.record`); ``resume(run_id)`` continues a killed search exactly
+where its checkpoint stands (see :mod:`rankitect.search.running.checkpoint`). A candidate that fails becomes
 a FAILED child run. At the end the winner and the Pareto table come from
-:mod:`rankitect.search.standings`.
+:mod:`rankitect.search.judging.standings`.
 """
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ from rankitect.errors import UserError
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, arch_hash
-from rankitect.search.baseline_phase import BaselinePhase
-from rankitect.search.budget import TimeBudget, TrialSlots, parse_duration, spending
-from rankitect.search.checkpoint import SearchState, check_writable, folder_lock, load_state, process_key, save_state
+from rankitect.search.running.baseline_phase import BaselinePhase
+from rankitect.search.running.budget import TimeBudget, TrialSlots, parse_duration, spending
+from rankitect.search.running.checkpoint import SearchState, check_writable, folder_lock, load_state, process_key, save_state
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
-from rankitect.search.identity import check_identity, config_identity, search_identity
-from rankitect.search.kept import KeptWeights
-from rankitect.search.launch import Launcher
-from rankitect.search.plan_proposer import PlanProposer
-from rankitect.search.progress import LineProgress
-from rankitect.search.record import Recorder, end_failed, open_parent
-from rankitect.search.selection import Pick
-from rankitect.search.shared_study import SharedStudy, owner_heartbeat
-from rankitect.search.standings import Standings, ValLosses
+from rankitect.search.running.identity import check_identity, config_identity, search_identity
+from rankitect.search.running.kept import KeptWeights
+from rankitect.search.running.launch import Launcher
+from rankitect.search.proposing.plan_proposer import PlanProposer
+from rankitect.search.running.progress import LineProgress
+from rankitect.search.running.record import Recorder, end_failed, open_parent
+from rankitect.search.judging.selection import Pick
+from rankitect.search.running.shared_study import SharedStudy, owner_heartbeat
+from rankitect.search.judging.standings import Standings, ValLosses
 from rankitect.track.names import CHECKPOINT as CHECKPOINT_TAG
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.space.architecture import Architecture
@@ -60,7 +60,7 @@ class SearchOutcome:
     table: pd.DataFrame
     best: Architecture | None
     out_dir: Path
-    spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.budget)
+    spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.running.budget)
     pick: Pick | None = None  # the winner and why: the closing lines (Pick.lines)
 
 
@@ -102,7 +102,7 @@ class SearchRunner:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from rankitect.data import open_data
-        from rankitect.search.sizing import space_for
+        from rankitect.search.proposing.sizing import space_for
         from rankitect.track import Tracker
         from rankitect.train.protocol import Schedule, check_warmup
 
@@ -114,7 +114,7 @@ class SearchRunner:
         check_warmup(cfg.train)
         self.guard = StopGuard()  # replaced by the installed one while ``run`` runs
         self.train_cfg = replace(cfg.train, progress=False)  # one line per trial instead of bars
-        # processes sharing search.storage coordinate through it (rankitect.search.shared_study)
+        # processes sharing search.storage coordinate through it (rankitect.search.running.shared_study)
         # (a storage without a study name is the strategy's config error, below)
         shared = cfg.search.storage is not None and cfg.search.study_name
         self.shared = SharedStudy(cfg.search.storage, cfg.search.study_name) if shared else None
@@ -183,7 +183,7 @@ class SearchRunner:
     # --- the loop --------------------------------------------------------------------------------
 
     def watch(self, progress: LineProgress) -> None:
-        """Report to ``progress`` (e.g. a :class:`~rankitect.search.progress.SearchProgress` bar)."""
+        """Report to ``progress`` (e.g. a :class:`~rankitect.search.running.progress.SearchProgress` bar)."""
         self.progress, self.echo = progress, progress.write
 
     def finished_results(self) -> list[TrialResult]:
@@ -192,8 +192,8 @@ class SearchRunner:
 
     def estimate(self) -> Any:
         """How long the trials left will take, from the baselines timed here
-        (:func:`~rankitect.search.estimate.estimate_search`); ``None`` without baselines to time."""
-        from rankitect.search.estimate import estimate_search
+        (:func:`~rankitect.search.proposing.estimate.estimate_search`); ``None`` without baselines to time."""
+        from rankitect.search.proposing.estimate import estimate_search
         from rankitect.space.baselines import get_baseline
 
         if self.state.done or not self.cfg.search.baselines:
@@ -212,12 +212,12 @@ class SearchRunner:
         return (len(self.cfg.search.baselines) if self.owner else 0) + self.candidate_budget()
 
     def candidate_budget(self) -> int:
-        """How many candidates the search trains (:meth:`~rankitect.search.budget.TrialSlots.budget`)."""
+        """How many candidates the search trains (:meth:`~rankitect.search.running.budget.TrialSlots.budget`)."""
         return self.slots.budget()
 
     def run(self) -> SearchOutcome:
         """Run the search to its end; SIGTERM or SIGINT stop it cleanly (see
-        :meth:`~rankitect.search.record.Recorder.stop`) and raise :class:`~rankitect.signals.Stopped`
+        :meth:`~rankitect.search.running.record.Recorder.stop`) and raise :class:`~rankitect.signals.Stopped`
         (exit status 128 + the signal)."""
         from rankitect.track.location import store_args
 
@@ -253,7 +253,7 @@ class SearchRunner:
         """Train the baselines under the same budget (once per search: by the parent's owner), at
         most ``search.workers`` at once, each recorded (checkpoint, child run) as soon as it
         finishes: a kill loses at most the ones running. None starts once the time budget is
-        spent; a running one stops at it (see :meth:`~rankitect.search.budget.TimeBudget.deadline`)."""
+        spent; a running one stops at it (see :meth:`~rankitect.search.running.budget.TimeBudget.deadline`)."""
         from rankitect.space.baselines import get_baseline
 
         if not self.owner:

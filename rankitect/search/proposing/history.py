@@ -3,7 +3,7 @@
 Two backends with one interface:
 
 * :class:`LocalHistory` (the default): plain lists, saved whole in the strategy's ``state_dict``.
-* :class:`StudyHistory` (given a :class:`~rankitect.search.shared_study.SharedStudy`): every proposal is
+* :class:`StudyHistory` (given a :class:`~rankitect.search.running.shared_study.SharedStudy`): every proposal is
   an Optuna trial of a shared study, its params the flat sample of the space, its value the
   objective. Processes sharing the study share one history: duplicates are rejected across all
   of them (running trials included), and evolution draws its population from the most recently
@@ -23,7 +23,7 @@ from typing import Any
 
 import rankitect.search._optuna as _optuna
 from rankitect.search.base import Space
-from rankitect.search.shared_study import SharedStudy, proposal_lock
+from rankitect.search.running.shared_study import SharedStudy, proposal_lock
 
 
 @dataclass(frozen=True)

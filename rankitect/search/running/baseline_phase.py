@@ -1,9 +1,9 @@
 """What a search takes from its trained baselines before its first candidate.
 
 ``search.target_mflops: auto`` (or ``cheapest``) becomes a baseline's FLOPs (see
-:func:`~rankitect.search.selection.auto_target`), ``search.pruning_min_validations: auto`` the first
+:func:`~rankitect.search.judging.selection.auto_target`), ``search.pruning_min_validations: auto`` the first
 rung at which successive halving over the baselines' curves keeps the best
-(:meth:`~rankitect.search.pruning.Rungs.calibrate`), and the strategy is told every trained
+(:meth:`~rankitect.search.judging.pruning.Rungs.calibrate`), and the strategy is told every trained
 baseline its space holds, so it starts from them. With shared storage the search's first process
 (the owner, which trains the baselines) publishes what it resolved (the *view*), and every other
 process waits for it and ranks and prunes by it, so that all of them follow one rule.
@@ -17,12 +17,12 @@ from typing import Any, Callable
 from rankitect.config import SearchConfig
 from rankitect.errors import UserError
 from rankitect.search.base import Proposer
-from rankitect.search.checkpoint import TrialRecord
+from rankitect.search.running.checkpoint import TrialRecord
 from rankitect.eval.objective import Objective
-from rankitect.search.pruning import Rungs
-from rankitect.search.record import Recorder
-from rankitect.search.selection import TARGET_RULES, auto_target
-from rankitect.search.standings import Standings
+from rankitect.search.judging.pruning import Rungs
+from rankitect.search.running.record import Recorder
+from rankitect.search.judging.selection import TARGET_RULES, auto_target
+from rankitect.search.judging.standings import Standings
 
 
 class BaselinePhase:
@@ -55,7 +55,7 @@ class BaselinePhase:
 
     def _resolve(self, bases: list[TrialRecord]) -> None:
         """Resolve the ``auto`` (or ``cheapest``) target and first rung from ``bases``; with shared
-        storage the owner publishes them (:meth:`~rankitect.search.shared_study.SharedStudy.publish_view`)
+        storage the owner publishes them (:meth:`~rankitect.search.running.shared_study.SharedStudy.publish_view`)
         for every other process."""
         rule, min_gain_se = self.search.target_mflops, self.search.min_gain_se
         if rule in TARGET_RULES:
@@ -93,9 +93,9 @@ class BaselinePhase:
         """What the owner resolved from the baselines, waiting while it trains them; None when this
         process's time budget runs out first (it then resolves from what is there). A search whose
         parent run has ended before that (its owner stopped), or whose owner has not beaten for
-        :data:`~rankitect.search.shared_study.OWNER_SILENT_S` (killed, the run left RUNNING), is an
+        :data:`~rankitect.search.running.shared_study.OWNER_SILENT_S` (killed, the run left RUNNING), is an
         error saying how to go on."""
-        from rankitect.search import shared_study
+        from rankitect.search.running import shared_study
         from rankitect.track.location import store_args
 
         shared, tracker, parent_run_id = self.shared, self.recorder.tracker, self.recorder.state.parent_run_id

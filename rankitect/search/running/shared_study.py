@@ -7,7 +7,7 @@ Everything several processes agree on lives here, beside the runner, and nowhere
   storage; Optuna creates its tables (and, on PostgreSQL, its enum types) on first use without
   guarding against a second process doing the same, so studies are created or loaded under it;
 * the shared study (:class:`SharedStudy`): strategies are handed one and record their proposals in
-  it (random and evolution through :class:`~rankitect.search.history.StudyHistory`, TPE and NSG-II
+  it (random and evolution through :class:`~rankitect.search.proposing.history.StudyHistory`, TPE and NSG-II
   directly), under its lock;
 * the trial budget across processes (:func:`claim_budget`, :func:`shared_trial_count`), the trials
   of a stopped process given back (:func:`release_running`);
@@ -82,7 +82,7 @@ class SharedStudy:
         open and publish" one step, so processes started together agree on one parent. A later
         process whose ``identity`` differs from the recorded one is refused (a ``UserError`` naming
         the key and both values), before it has opened or written anything."""
-        from rankitect.search.identity import refuse_difference
+        from rankitect.search.running.identity import refuse_difference
 
         with self.lock():
             study = self.load()

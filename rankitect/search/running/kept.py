@@ -2,7 +2,7 @@
 
 A trial writes its weights (safetensors) into the search folder's ``weights/``; once the trial
 is recorded they either go to its child run as ``model/`` (every baseline, the ``keep_top_k``
-best candidates and the winner so far: :meth:`~rankitect.search.standings.Standings.kept`) or are
+best candidates and the winner so far: :meth:`~rankitect.search.judging.standings.Standings.kept`) or are
 deleted, and a candidate that falls out of the kept set has them taken off its run again. So the artifact store holds the only copy, and the search folder keeps only its
 checkpoint and tables.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rankitect.search.checkpoint import TrialRecord
+from rankitect.search.running.checkpoint import TrialRecord
 
 
 class KeptWeights:

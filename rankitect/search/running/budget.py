@@ -101,7 +101,7 @@ class TrialSlots:
     A pruned trial gives its slot back, yet proposals stop at ``trials * reduction`` while the
     strategy's trials are pruned (``reduction``: ``search.pruning_reduction``, None without pruning),
     so a search whose every candidate is pruned still ends. With ``shared`` (a
-    :class:`~rankitect.search.shared_study.SharedStudy`) every process's trials count.
+    :class:`~rankitect.search.running.shared_study.SharedStudy`) every process's trials count.
     """
 
     def __init__(self, strategy: Any, trials: int, *, reduction: int | None, shared: Any = None) -> None:

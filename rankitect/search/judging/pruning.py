@@ -144,7 +144,7 @@ def _storage(location: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # experimental in some Optuna versions
             return JournalStorage(JournalFileBackend(location[len("journal:"):]))
-    from rankitect.search.shared_study import rdb_storage
+    from rankitect.search.running.shared_study import rdb_storage
 
     return rdb_storage(location)
 
@@ -209,7 +209,7 @@ class Rungs:
             self.study = _optuna.open_study(_storage(self.location), self.study_name, ["minimize"])
         else:
             self.location, self.study_name = storage, f"{study_name}{RUNG_SUFFIX}"
-            from rankitect.search.shared_study import SharedStudy
+            from rankitect.search.running.shared_study import SharedStudy
 
             self.study = SharedStudy(storage, self.study_name).open(["minimize"])
         self._numbers: dict[int, int] = {}  # trial id -> number
