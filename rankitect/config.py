@@ -171,6 +171,17 @@ class SurrogateConfig:
 
 
 @dataclass
+class VerdictConfig:
+    """The search's final choice between the best baseline and its finalists, made on validation rows
+    held out from everything else the search does (training, early stopping, pruning, the
+    surrogate, the supernet, ranking): see docs/search.md, "The verdict"."""
+
+    fraction: float = 0.5  # share of the validation split's requests held out for the verdict; 0: none (the winner rule on validation decides)
+    finalists: int = 3  # candidates judged on the held-out rows: the best by validation objective among those better than the best baseline on validation
+    min_gain_se: float = 1.0  # a finalist replaces the best baseline only when better on the held-out rows by more than this many paired standard errors
+
+
+@dataclass
 class SearchConfig:
     """What to search, how, and how candidates are ranked."""
 
@@ -188,16 +199,18 @@ class SearchConfig:
     penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|
     penalty_weight: float = 0.01  # w: relative NE cost per doubling of FLOPs beyond the target
     min_gain_se: float = 1.0  # a candidate beats the best baseline only by more than this many paired standard errors of validation; 0: lowest objective wins
-    workers: int = 1  # local worker processes training candidates
+    workers: int | Literal["auto"] = "auto"  # local worker processes training the trials (baselines and candidates); auto: one per core, at most 4 (1: in the search's own process)
     storage: str | None = None  # Optuna RDB URL shared by several search processes (SQLite, PostgreSQL)
     study_name: str | None = None  # the study in storage
     output_dir: str | None = None  # checkpoint, Pareto table, best genotype; default: beside the store
     keep_top_k: int = 3  # candidates whose trained weights are kept as MLflow artifacts (baselines: all)
+    reuse_baselines: bool = True  # a baseline trained on the same data, recipe, seed and protocol in this run store is reused, not trained again; false: every baseline trains
     baselines: list[str] = field(default_factory=lambda: ["dlrm", "dcnv2", "deepfm", "autoint", "wukong", "dhen"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     oneshot: OneShotConfig = field(default_factory=OneShotConfig)
     dnas: DnasConfig = field(default_factory=DnasConfig)
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
 
 
 @dataclass
@@ -219,7 +232,7 @@ class RuntimeConfig:
     fp8_threshold: float = 0.1  # fp8: a linear goes FP8 if the probe's relative output error is at most this
     fp8_scaling: Literal["tensorwise", "rowwise"] = "rowwise"  # fp8: scaling granularity of the casts
     sharding: Literal["none", "torchrec"] = "none"  # torchrec: shard embedding tables under torchrun
-    threads: int = 0  # torch intra-op threads; 0 = torch's default
+    threads: int = 0  # torch intra-op threads of the search's process and of each worker; 0: all cores in the search's process (supernet phases, trials without workers), the cores shared out among workers
     memory_budget: float | None = None  # GB a supernet (weights, optimizer state), or one model in training (with a batch of activations), may take; null: half the RAM
 
 

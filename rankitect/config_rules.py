@@ -79,6 +79,8 @@ RANGES: dict[str, Range] = {
     "search.dnas.ranking.every": AT_LEAST_1, "search.dnas.ranking.min_kendall_tau": Range(-1, 1),
     "search.surrogate.candidates": AT_LEAST_1, "search.surrogate.kappa": AT_LEAST_0,
     "search.surrogate.min_trials": Range(2),
+    "search.verdict.fraction": Range(0, 0.9), "search.verdict.finalists": AT_LEAST_1,
+    "search.verdict.min_gain_se": AT_LEAST_0,
     "runtime.fp8_threshold": AT_LEAST_0, "runtime.threads": AT_LEAST_0, "runtime.memory_budget": POSITIVE,
 }
 # Keys bounded by another key: (key, its upper bound).

@@ -79,7 +79,7 @@ def _one_request_csv(folder: Path, rows: int) -> Path:
 def test_a_data_set_with_an_empty_split_is_refused_by_every_command(sandbox: Path, capsys, command, rows) -> None:
     csv = _one_request_csv(sandbox, rows)
     (sandbox / "run.yaml").write_text(f"data:\n  source: {csv}\n  schema: {sandbox / 's.yaml'}\n")
-    argv = [*command, f"data.source={csv}", f"data.schema={sandbox / 's.yaml'}", "runtime.threads=1"]
+    argv = [*command, f"data.source={csv}", f"data.schema={sandbox / 's.yaml'}", "runtime.threads=1", "search.workers=1"]
     if command[0] == "data":
         argv = command
     code = main(argv)
@@ -113,7 +113,7 @@ def _hostile_genotype(folder: Path, activation: str) -> Path:
 @pytest.mark.parametrize("activation", ['__import__("os").system("touch pwned")', "relu\nrankitect: error: forged"])
 def test_a_hostile_genotype_value_is_one_line_naming_the_file(sandbox: Path, capsys, activation: str) -> None:
     path = _hostile_genotype(sandbox, activation)
-    code = main(["train", "--arch", str(path), "data.rows=300", "train.steps=1", "runtime.threads=1"])
+    code = main(["train", "--arch", str(path), "data.rows=300", "train.steps=1", "runtime.threads=1", "search.workers=1"])
     err = _error_line(capsys.readouterr().err)
     assert code == 2 and str(path) in err and "unknown activation" in err
     assert not (sandbox / "pwned").exists() and not (sandbox / "mlruns").exists()
@@ -138,7 +138,7 @@ def _run_with_weights(root: Path, weights: bytes) -> str:
 @pytest.mark.parametrize("command", [["finetune", "--steps", "1"], ["probe"], ["export", "-o", "out"]])
 def test_unreadable_kept_weights_are_one_line(sandbox: Path, capsys, command: list[str]) -> None:
     run_id = _run_with_weights(sandbox, b"\x80\x04not weights at all")
-    code = main([command[0], run_id, *command[1:], "data.rows=300", "runtime.threads=1"])
+    code = main([command[0], run_id, *command[1:], "data.rows=300", "runtime.threads=1", "search.workers=1"])
     err = _error_line(capsys.readouterr().err)
     assert code == 2 and "cannot read weights" in err and "model.safetensors" in err
 
@@ -209,7 +209,7 @@ def test_a_refusal_after_the_search_run_opened_ends_it_failed_with_the_reason(sa
     starts after the baselines): the run ends FAILED, its tag says why, nothing stays RUNNING."""
     from mlflow import MlflowClient
 
-    code = main(["search", "--strategy", "oneshot", "data.rows=300", "search.baselines=[]", "runtime.threads=1",
+    code = main(["search", "--strategy", "oneshot", "data.rows=300", "search.baselines=[]", "runtime.threads=1", "search.workers=1",
                  "runtime.memory_budget=0.000001"])
     err = _error_line(capsys.readouterr().err)
     assert code == 2 and "runtime.memory_budget" in err

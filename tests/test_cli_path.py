@@ -18,7 +18,7 @@ from rankitect.cli import main
 from tests.learnable import learnable_source
 
 # small, yet enough for the training protocol: validation NE below 1 within two epochs
-TINY = ["train.batch_size=64", "train.test_batches=2", "search.pruning=none", "runtime.threads=1"]
+TINY = ["train.batch_size=64", "train.test_batches=2", "search.pruning=none", "runtime.threads=1", "search.workers=1"]
 
 
 @pytest.fixture()

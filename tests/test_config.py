@@ -132,7 +132,7 @@ def test_each_section_checks_its_numbers_in_the_one_form() -> None:
     sections = {key.rsplit(".", 1)[0] for key in RANGES}
     assert {"data", "train", "search", "search.evolution", "search.oneshot", "search.oneshot.supernet", "search.dnas",
             "search.dnas.supernet", "search.dnas.gumbel", "search.dnas.reinforce", "search.dnas.ranking",
-            "search.surrogate", "runtime"} == sections
+            "search.surrogate", "search.verdict", "runtime"} == sections
     for section in sorted(sections):
         key = next(k for k in RANGES if k.rsplit(".", 1)[0] == section)
         allowed = RANGES[key]

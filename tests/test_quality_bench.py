@@ -105,7 +105,7 @@ def test_the_pick_at_the_target_is_the_rule_among_models_within_the_best_baselin
     by a tenth of a standard error is not, and the best baseline is."""
     import numpy as np
 
-    from rankitect.search.judging.standings import ValLosses
+    from rankitect.search.judging.standings import ExampleLosses
 
     rng, h, n = np.random.default_rng(0), 0.6, 4000
     base = rng.exponential(0.5, n)
@@ -120,7 +120,7 @@ def test_the_pick_at_the_target_is_the_rule_among_models_within_the_best_baselin
     folder = tmp_path / "dnas-0"
     write_search(folder, bases, {k: r for k, (_, r) in losses.items() if k not in bases}, ("candidate", "big"), 100.0)
     for name, (loss, _) in losses.items():
-        ValLosses(folder / "0123abcd").save(name, loss)
+        ExampleLosses(folder / "0123abcd").save(name, loss)
     run = {"data": "d", "seed": 0, "strategy": "dnas", "wall_s": 120.0, "time_budget": None,
            **quality_report.read_search(folder)}
     assert run["at_target"] == ("good" if clear else "dcnv2")

@@ -33,7 +33,7 @@ import pandas as pd
 from rankitect.eval.objective import Objective, at_most
 from rankitect.eval.result import TrialResult
 from rankitect.search.judging.selection import DEFAULT_MIN_GAIN_SE, Entrant, choose_winner
-from rankitect.search.judging.standings import ValLosses
+from rankitect.search.judging.standings import ExampleLosses
 
 TABLE_COLUMNS = ("name", "kind", "status", "val_ne", "test_ne", "test_auc", "mflops", "winner")
 CLOCK = "dnas"  # the strategy whose search time is every other strategy's time budget
@@ -50,10 +50,10 @@ def read_search(folder: Path) -> dict[str, Any]:
     rows = [{c: _plain(r[c]) for c in TABLE_COLUMNS} for r in table.to_dict(orient="records")]
     min_gain_se = state.get("config", {}).get("search", {}).get("min_gain_se", DEFAULT_MIN_GAIN_SE)
     return {"run_id": tables[0].parent.name, "search_s": state.get("elapsed"), "table": rows,
-            "at_target": at_target(rows, ValLosses(tables[0].parent), min_gain_se)}
+            "at_target": at_target(rows, ExampleLosses(tables[0].parent), min_gain_se)}
 
 
-def at_target(table: Iterable[Mapping[str, Any]], losses: ValLosses, min_gain_se: float) -> str | None:
+def at_target(table: Iterable[Mapping[str, Any]], losses: ExampleLosses, min_gain_se: float) -> str | None:
     """The name of the model the search's rule returns among its ok trials at no more than its best
     baseline's FLOPs (see the module docstring); ``None`` without an ok baseline."""
     base = best_baseline(table)

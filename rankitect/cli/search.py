@@ -30,12 +30,18 @@ def add_commands(sub: Any) -> None:
     search.add_argument("--time-budget", help="wall clock of the whole search, e.g. 90m, 4h")
     search.add_argument("--seed", type=int)
     search.add_argument("--target-mflops", type=float, help="FLOPs target of the penalty (MFLOPs/example)")
-    search.add_argument("--workers", type=int, help="local worker processes")
+    search.add_argument("--workers", type=_workers, help="local worker processes training the trials, or auto (the "
+                                                         "default: one per core, at most 4)")
     search.add_argument("--storage", help="Optuna RDB URL shared by several search processes")
     search.add_argument("--study-name", help="study name in --storage")
     search.add_argument("--resume", metavar="RUN_ID", help="continue the search of this MLflow run")
     add_config_args(search)
     search.set_defaults(handler=cmd_search, flags=FLAGS)
+
+
+def _workers(value: str) -> int | str:
+    """``--workers``: a number (checked with the config's range) or ``auto``."""
+    return value if value == "auto" else int(value)
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
@@ -55,7 +61,7 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
           f"space {runner.cfg.search.space}, {runner.candidate_budget()} candidates, data {runner.data.path}",
           flush=True)
     progress = SearchProgress(runner.trial_budget(), time_budget=runner.budget.seconds, elapsed=runner.budget.spent(),
-                              before=runner.finished_results(), workers=runner.cfg.search.workers)
+                              before=runner.finished_results(), workers=runner.plan.workers)
     runner.watch(progress)
     estimate = runner.estimate()
     if estimate is not None:
@@ -104,15 +110,15 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
         print(f"best genotype: {outcome.out_dir / 'best_genotype.json'}")
     # the closing lines: the winner the rule chose (what export and the logged model hold), against
     # the best baseline; the best candidate apart when it lost, and why
-    pick = getattr(outcome, "pick", None)
-    print("\n".join(pick.lines(runner.cfg.search.min_gain_se)) if pick is not None else verdict(outcome.table))
+    chosen = getattr(outcome, "verdict", None)
+    print("\n".join(chosen.lines(runner.cfg.search.min_gain_se)) if chosen is not None else verdict(outcome.table))
     note = front_note(outcome.table)
     if note is not None:
         print(note)
     if outcome.spending:
         spent = outcome.spending
         parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
-        print(f"time: {spent['total'] / 60:.1f} min ({parts} min)")
+        print(f"time: {spent['total'] / 60:.1f} min ({parts} min) on {runner.plan.words()}")
     store = store_args(runner.tracker.uri)
     print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}{store}; "
           f"rankitect export {outcome.parent_run_id} -o winner/{store}; rankitect ui{store})")

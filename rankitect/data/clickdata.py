@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 
 from rankitect.data.batch import Batch, make_batch
-from rankitect.data.hashing import SPLITS
+from rankitect.data.hashing import SPLITS, request_splits
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
 
 FORMAT = "rankitect-clickdata"
 FORMAT_VERSION = 2  # 2: the spec carries each dense column's training mean and std
 ARRAYS: tuple[str, ...] = ("dense", "sparse", "labels", "request_ids", "probs")
+VERDICT = "verdict"  # the held-out part of the validation split (ClickData.with_verdict)
+VERDICT_SALT = 0x7E5D1C7  # its request hash's salt, apart from the split hash's seeds
 
 
 def load_array(path: Path, *, mmap: bool = True) -> np.ndarray:
@@ -90,6 +92,30 @@ class Split:
             change = np.flatnonzero(rid[1:] != rid[:-1]) + 1
             self._starts = np.concatenate([[0] if len(rid) else [], change, [len(rid)]]).astype(np.int64)
         return self._starts
+
+    def subset(self, rows: np.ndarray, name: str) -> Split:
+        """The rows ``rows`` (indices in storage order; whole requests, so requests stay contiguous)
+        as a split of their own named ``name``, its per-row arrays held in memory and its statistics
+        (rows, requests, clicks, CTR, Bayes NE) its own.
+
+        >>> import tempfile
+        >>> from rankitect.data.synthetic import generate_synthetic
+        >>> val = generate_synthetic(tempfile.mkdtemp() + "/s", rows=2000).split("val")
+        >>> part = val.subset(np.arange(val.request_starts()[3]), "first3")
+        >>> part.n_requests, len(part) == int(val.request_starts()[3]), int(part.labels.sum()) == part.stats["positives"]
+        (3, True, True)
+        """
+        from rankitect.data.store import split_stats
+
+        rows = np.asarray(rows, dtype=np.int64)
+        part = object.__new__(type(self))
+        part.__dict__.update(self.__dict__)
+        for key, value in self.__dict__.items():  # every per-row array of this split
+            if isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == len(self):
+                setattr(part, key, np.asarray(value[rows]))
+        part.name, part._starts = name, None
+        part.stats = split_stats(part.labels, part.request_ids, part.probs)
+        return part
 
     def take(self, rows: np.ndarray | slice) -> Batch:
         """The rows ``rows`` (an index array or a slice) as one :class:`Batch`."""
@@ -177,12 +203,46 @@ class ClickData:
         return cls(p, FeatureSpec.load(p / "spec.json"), meta)
 
     def split(self, name: str) -> Split:
-        """The split ``name`` (``train``, ``val`` or ``test``)."""
+        """The split ``name`` (``train``, ``val`` or ``test``; ``verdict`` where :meth:`with_verdict` carved one)."""
+        if name in self._splits:
+            return self._splits[name]
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
         if name not in self._splits:
             self._splits[name] = Split(self.path / name, name, self.spec, self.meta["splits"][name])
         return self._splits[name]
+
+    def with_verdict(self, fraction: float) -> ClickData:
+        """This data set with ``fraction`` of its validation requests held out as a split of their own,
+        ``verdict`` (by a hash of the request id, so every process carves the same rows); ``val``
+        is the rest. Nothing that trains, stops, prunes or ranks models reads ``verdict``: only the
+        search's final choice does (:mod:`rankitect.search.judging.verdict`). ``fraction`` 0, or a
+        validation split too small to give both parts a request, leaves the data as it is.
+
+        >>> import tempfile
+        >>> from rankitect.data.synthetic import generate_synthetic
+        >>> data = generate_synthetic(tempfile.mkdtemp() + "/s", rows=4000)
+        >>> carved = data.with_verdict(0.5)
+        >>> len(carved.split("val")) + len(carved.split("verdict")) == len(data.split("val")), carved.has_verdict
+        (True, True)
+        """
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"the verdict's share of the validation split must be in [0, 1), got {fraction!r}")
+        val = self.split("val")
+        if fraction == 0.0:
+            return self
+        codes = request_splits(np.asarray(val.request_ids), (1.0 - fraction, fraction, 0.0), VERDICT_SALT)
+        kept, held = np.flatnonzero(codes == 0), np.flatnonzero(codes == 1)
+        if len(kept) == 0 or len(held) == 0:
+            return self
+        carved = ClickData(self.path, self.spec, self.meta)
+        carved._splits = {**self._splits, "val": val.subset(kept, "val"), VERDICT: val.subset(held, VERDICT)}
+        return carved
+
+    @property
+    def has_verdict(self) -> bool:
+        """Whether :meth:`with_verdict` carved a ``verdict`` split out of the validation rows."""
+        return VERDICT in self._splits
 
     @property
     def source(self) -> str:

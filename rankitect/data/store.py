@@ -80,6 +80,13 @@ class _SplitStats:
         return {"rows": self.rows, "requests": self.requests, "positives": int(self.positives),
                 "ctr": ctr, "bayes_ne": bayes}
 
+def split_stats(labels: np.ndarray, request_ids: np.ndarray, probs: np.ndarray | None) -> dict[str, Any]:
+    """A split's statistics (rows, requests, positives, ctr, bayes_ne) from its arrays in storage order."""
+    stats = _SplitStats()
+    stats.update(np.asarray(labels, np.float64), np.asarray(request_ids), None if probs is None else np.asarray(probs))
+    return stats.as_dict()
+
+
 class StoreWriter:
     """Stream rows into a new data directory; ``rows`` fixes each split's size up front.
 

@@ -32,6 +32,8 @@ WORLD_SIZE = "rankitect.world_size"  # processes that trained it (rankitect trai
 FINETUNED_FROM = "rankitect.finetuned_from"  # a finetune run: the run whose model it started from
 START = "rankitect.start"  # a finetune run: what its weights started from
 KEPT = "rankitect.kept"  # a finetune run: which weights it kept ("start" or "finetuned")
+BASELINE_KEY = "rankitect.baseline_key"  # a baseline run: its data, recipe and protocol (search.running.reuse)
+REUSED_FROM = "rankitect.reused_from"  # a baseline run reused, not trained: the run it was trained in
 
 # --- values of KIND -------------------------------------------------------------------------------
 KIND_SEARCH, KIND_CANDIDATE, KIND_BASELINE, KIND_FINETUNE = "search", "candidate", "baseline", "finetune"
@@ -52,12 +54,21 @@ WINNER_METRICS = {  # a search run's metric name -> Pareto table column
     VAL_NE: "val_ne", TEST_NE: "test_ne", TEST_AUC: "test_auc", MFLOPS: "mflops", OBJECTIVE: "objective",
 }
 PARETO_IMAGE = "pareto"  # the key of a search run's NE-vs-FLOPs image among its charts
+# The verdict (rankitect.search.judging.verdict): NE on the held-out validation rows, on the runs of
+# the best baseline and the finalists; on the search run, how many rows and finalists, the winner's
+# objective gain over the best baseline there and its paired standard error (NE units).
+VERDICT_NE = "verdict/ne"
+VERDICT_ROWS, VERDICT_FINALISTS, VERDICT_GAIN, VERDICT_SE = (
+    "verdict/rows", "verdict/finalists", "verdict/gain", "verdict/se")
 
 # --- artifacts ------------------------------------------------------------------------------------
 GENOTYPE_FILE = "genotype.json"  # a trial run's architecture
 CONFIG_FILE, SPACE_FILE = "config.yaml", "space.json"  # a search run's full config and space
 BEST_GENOTYPE_FILE, STATE_FILE = "best_genotype.json", "search_state.json"
 PARETO_TABLE, PARETO_CSV, PARETO_PNG = "pareto.json", "pareto.csv", "pareto.png"
+BASELINE_DIR = "baseline"  # a baseline run's record for reuse: trial.json and its per-example losses
+BASELINE_RECORD = "trial.json"
+VERDICT_FILE = "verdict.json"  # a search run's final choice: rows, incumbent, finalists and their gains
 MODEL_DIR, SPEC_FILE = "model", "feature_spec.json"  # a kept model: MODEL_DIR/{weights, SPEC_FILE}
 # The logged pyfunc's name: not MODEL_DIR, since MLflow serves a run's artifact path from the run's
 # logged model of that name first, and ``model/`` must stay the kept weights that export reads.

@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from rankitect.track.experiment import Experiment
-from rankitect.track.names import (BEST_GENOTYPE_HASH, DATA, ERROR, GENOTYPE_FILE, GENOTYPE_HASH, KIND,
-                                   KIND_SEARCH, METRICS, MFLOPS, MODEL_DIR, PARENT, SPACE, SPEC_FILE, STATUS,
+from rankitect.track.names import (BASELINE_DIR, BASELINE_KEY, BASELINE_RECORD, BEST_GENOTYPE_HASH, DATA, ERROR,
+                                   GENOTYPE_FILE, GENOTYPE_HASH, KIND, KIND_SEARCH, METRICS, MFLOPS, MODEL_DIR, PARENT, SPACE, SPEC_FILE, STATUS,
                                    STRATEGY, TEST_NE, TRIAL_KINDS, WINNER)
 from rankitect.track.weights import LEGACY_WEIGHTS_FILE, WEIGHTS_FILE
 
@@ -100,6 +100,28 @@ class RunReader(Experiment):
         if not weights.is_file():
             weights = Path(folder) / LEGACY_WEIGHTS_FILE
         return ModelFiles(rid, Path(genotype), weights, Path(folder) / SPEC_FILE)
+
+    def find_baseline(self, key: str) -> str | None:
+        """The newest finished baseline run tagged with reuse ``key`` that kept its record
+        (:mod:`rankitect.search.running.reuse`); ``None`` when there is none."""
+        runs = self._find_runs(f"tags.`{BASELINE_KEY}` = '{key}' and attributes.status = 'FINISHED'")
+        for run in sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True):
+            paths = {f.path for f in self.client.list_artifacts(run.info.run_id, BASELINE_DIR)}
+            if f"{BASELINE_DIR}/{BASELINE_RECORD}" in paths:
+                return run.info.run_id
+        return None
+
+    def fetch_baseline(self, run_id: str, dst: str | Path) -> dict[str, Path]:
+        """Download a reusable baseline run's record, losses and weights into ``dst``: ``record``,
+        ``weights`` and, where it kept them, ``val``, ``test``, ``verdict`` (per-example losses)."""
+        dst = Path(dst)
+        folder = Path(self.client.download_artifacts(run_id, BASELINE_DIR, str(dst)))
+        model = Path(self.client.download_artifacts(run_id, MODEL_DIR, str(dst)))
+        files = {"record": folder / BASELINE_RECORD, "weights": model / WEIGHTS_FILE}
+        for split in ("val", "test", "verdict"):
+            if (folder / f"{split}_losses.npy").is_file():
+                files[split] = folder / f"{split}_losses.npy"
+        return files
 
     def get_run(self, run_id: str) -> Any:
         """The MLflow run ``run_id``; an unknown id is a ``UserError`` naming it and the store."""

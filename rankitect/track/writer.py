@@ -36,11 +36,13 @@ import yaml
 
 from rankitect.config_rules import flatten
 from rankitect.track.experiment import Experiment
-from rankitect.track.names import (BEST_GENOTYPE_FILE, BEST_GENOTYPE_HASH, CONFIG_FILE, DATA, ERROR, FAILURE,
+from rankitect.track.names import (BASELINE_DIR, BASELINE_KEY, BASELINE_RECORD, BEST_GENOTYPE_FILE, BEST_GENOTYPE_HASH,
+                                   CONFIG_FILE, DATA, ERROR, FAILURE,
                                    GENOTYPE_FILE, GENOTYPE_HASH, KIND, KIND_BASELINE, KIND_CANDIDATE, KIND_SEARCH,
                                    METRICS, MODEL_DIR, PARENT, PARETO_CSV, PARETO_IMAGE, PARETO_PNG, PARETO_TABLE,
-                                   RUN_STATUS, SCORER_MODEL, SEARCH, SPACE, SPACE_FILE, SPEC_FILE, STATE_FILE,
-                                   STATUS, STRATEGY, WINNER, WINNER_METRICS)
+                                   REUSED_FROM, RUN_STATUS, SCORER_MODEL, SEARCH, SPACE, SPACE_FILE, SPEC_FILE, STATE_FILE,
+                                   STATUS, STRATEGY, VAL_NE as METRIC_VAL_NE, VERDICT_FILE, VERDICT_FINALISTS, VERDICT_GAIN, VERDICT_NE,
+                                   VERDICT_ROWS, VERDICT_SE, WINNER, WINNER_METRICS)
 from rankitect.track.weights import WEIGHTS_FILE, save_weights
 
 MAX_PARAM_CHARS = 500  # MLflow allows 6000, but the UI's params table is unreadable long before
@@ -246,6 +248,42 @@ class RunWriter(Experiment):
             self.client.set_tag(parent_id, WINNER, str(row["name"]))
         self.client.set_terminated(parent_id, status)
 
+    def keep_baseline(self, run_id: str, key: str, record: dict[str, Any], losses: Mapping[str, Any], *,
+                      reused_from: str | None = None) -> None:
+        """Tag a baseline run with its reuse ``key`` and log its ``record`` (result and curve) and
+        per-example ``losses`` (split -> float32 array) under ``baseline/`` (see
+        :mod:`rankitect.search.running.reuse`); ``reused_from``: the run it was reused from."""
+        import numpy as np
+
+        self.client.set_tag(run_id, BASELINE_KEY, key)
+        if reused_from is not None:
+            self.client.set_tag(run_id, REUSED_FROM, reused_from)
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / BASELINE_RECORD).write_text(json.dumps(record))
+            for split, values in losses.items():
+                np.save(Path(tmp) / f"{split}_losses.npy", np.asarray(values, dtype=np.float32), allow_pickle=False)
+            self.client.log_artifacts(run_id, tmp, BASELINE_DIR)
+
+    def log_verdict(self, parent_id: str, verdict: dict[str, Any], run_ids: dict[str, str]) -> None:
+        """The search's verdict (:meth:`~rankitect.search.judging.verdict.Verdict.to_dict`): ``verdict.json``
+        on the search run with its rows, finalists and winner's gain there; ``verdict/ne`` on the
+        runs of the best baseline and the finalists (``run_ids``: trial name -> run id)."""
+        self.client.log_dict(parent_id, verdict, VERDICT_FILE)
+        if not verdict.get("rows"):
+            return
+        won = next((f for f in verdict["finalists"] if f["name"] == verdict["winner"]), None)
+        metrics = {VERDICT_ROWS: float(verdict["rows"]), VERDICT_FINALISTS: float(len(verdict["finalists"]))}
+        if won is not None:
+            metrics.update({VERDICT_GAIN: won["gain"], VERDICT_SE: won["se"]})
+        self._log(parent_id, metrics=metrics)
+        held = [(verdict["incumbent"], verdict["incumbent_ne"])] + [(f["name"], f["ne"]) for f in verdict["finalists"]]
+        for name, ne in held:
+            if name in run_ids and ne is not None:  # at the run's last step and end, as its final metrics are
+                info = self.client.get_run(run_ids[name]).info
+                steps = [m.step for m in self.client.get_metric_history(run_ids[name], METRIC_VAL_NE)]
+                self._log(run_ids[name], metrics={VERDICT_NE: float(ne)}, timestamp=info.end_time,
+                          step=max(steps, default=0))
+
     def _log_chart(self, run_id: str, png: Path) -> None:
         """The NE-vs-FLOPs plot as an MLflow image of the run (key ``pareto``): shown among the
         run's charts, beside the ``pareto.png`` artifact."""
@@ -296,11 +334,11 @@ class RunWriter(Experiment):
 
     def _log(
         self, run_id: str, *, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None,
-        step: int = 0,
+        step: int = 0, timestamp: int | None = None,
     ) -> None:
         from mlflow.entities import Metric, Param
 
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if timestamp is None else timestamp
         params_l = [Param(k, v) for k, v in (params or {}).items()]
         metrics_l = [Metric(k, v, now, step) for k, v in (metrics or {}).items()]
         for i in range(0, len(params_l), MAX_BATCH_PARAMS):

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from rankitect.blocks.buckets import EDGE_ROWS, unset_buckets
 from rankitect.config import RuntimeConfig, TrainConfig
 from rankitect.data.batch import Batch
-from rankitect.eval.evaluate import evaluate
+from rankitect.eval.evaluate import accumulate, evaluate
 from rankitect.train.protocol import Protocol, Report, Schedule, StepHook, check_warmup
 from rankitect.train.task import RankingTask
 
@@ -45,6 +45,10 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     best_step: int = 0
     val_losses: np.ndarray | None = None  # per-example validation losses of the best validation, in row order
+    test_losses: np.ndarray | None = None  # per-example test losses of the returned model (test/* scored them)
+    # per-example losses of the returned model on the data's held-out verdict rows, where it has them
+    # (ClickData.with_verdict); never part of ``metrics``: nothing but a search's final choice reads them
+    verdict_losses: np.ndarray | None = None
     stopped: str | None = None  # why training ended before its protocol said so (protocol.BUDGET_STOP), if it did
 
 
@@ -144,10 +148,27 @@ def train_model(
         trainer.fit(RankingTask(trained, cfg), train_dataloaders=train_dl)
     protocol.restore_best()
     seconds = time.perf_counter() - start
-    metrics = {**protocol.best_metrics(), **score(model, data, cfg, splits=("test",))}
+    test = scored(model, data.split("test"), cfg.batch_size, cfg.test_batches)
+    metrics = {**protocol.best_metrics(), **{f"test/{k}": float(v) for k, v in test.compute().items()}}
+    verdict = held_out_losses(model, data, cfg.batch_size)
     return TrainResult(model=model, metrics=metrics, train_seconds=seconds, steps=trainer.global_step,
                        history=protocol.history, best_step=protocol.best_step, val_losses=protocol.best_losses,
-                       stopped=protocol.stopped)
+                       stopped=protocol.stopped, test_losses=test.example_losses().astype(np.float32),
+                       verdict_losses=verdict)
+
+
+def scored(model: nn.Module, split: Any, batch_size: int, max_batches: int = 0) -> Any:
+    """``model``'s :class:`~rankitect.eval.metrics.MetricAccumulator` over ``split`` in storage order
+    (the first ``max_batches`` batches when > 0): its metrics and its per-example losses."""
+    return accumulate(model, split.batches(batch_size, shuffle=False, seed=0), max_batches)
+
+
+def held_out_losses(model: nn.Module, data: Any, batch_size: int) -> np.ndarray | None:
+    """``model``'s per-example losses on ``data``'s verdict rows (float32, storage order); ``None``
+    where the data has none (:meth:`~rankitect.data.clickdata.ClickData.with_verdict`)."""
+    if not getattr(data, "has_verdict", False):
+        return None
+    return scored(model, data.split("verdict"), batch_size).example_losses().astype(np.float32)
 
 
 def score(model: nn.Module, data: Any, cfg: TrainConfig, splits: tuple[str, ...] = ("val", "test")) -> dict[str, float]:

@@ -13,7 +13,7 @@ from rankitect.cli import main
 from rankitect.data import open_data
 from rankitect.space import Architecture, build_model
 
-TINY = ["data.rows=8000", "train.batch_size=64", "train.test_batches=0", "search.pruning=none", "runtime.threads=1"]
+TINY = ["data.rows=8000", "train.batch_size=64", "train.test_batches=0", "search.pruning=none", "runtime.threads=1", "search.workers=1"]
 
 
 @pytest.fixture()

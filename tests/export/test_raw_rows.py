@@ -61,7 +61,7 @@ def test_exported_model_scores_raw_csv_rows_alone(tmp_path: Path, monkeypatch: p
     _write_csv(data_csv, 6000, seed=1)
     schema.write_text(f"label: clicked\ndense: [rowno, price]\nsparse: [user, item, city]\nrequest: [user]\n"
                       f"vocab: {vocab}\nvocab_size: 40\nmin_count: 2\n")
-    data_args = [f"data.source={data_csv}", f"data.schema={schema}", "train.batch_size=64", "runtime.threads=1"]
+    data_args = [f"data.source={data_csv}", f"data.schema={schema}", "train.batch_size=64", "runtime.threads=1", "search.workers=1"]
     assert main(["train", "--arch", "baseline:dlrm", "train.max_epochs=3", *data_args]) == 0
     run = capsys.readouterr().out.split("MLflow run: ")[1].split()[0]
     out = tmp_path / "exported"

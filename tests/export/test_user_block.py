@@ -71,15 +71,19 @@ def test_the_user_block_runs_its_own_example(toy: ModuleType) -> None:
     assert result.attempted > 0 and result.failed == 0
 
 
+@pytest.mark.parametrize("workers", [1, 2])  # 2: worker processes import the block's module themselves
 def test_a_user_block_is_searched_exported_and_scored_without_rankitect(
-    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int
 ) -> None:
     source = learnable_source()
     tiny = [f"data.source={source}", "train.batch_size=64", "train.test_batches=0", "train.val_batches=2",
             "train.progress=false", "runtime.threads=1"]
     assert main(["search", "--strategy", "random", "--trials", "2", "train.max_epochs=1", "search.space=toy",
-                 "search.flops_range=null", "search.baselines=[]", "search.pruning=none", *tiny]) == 0
-    parent = capsys.readouterr().out.split("MLflow search run: ")[1].split()[0]
+                 "search.flops_range=null", "search.baselines=[]", "search.pruning=none", f"search.workers={workers}",
+                 *tiny]) == 0
+    out_text = capsys.readouterr().out
+    parent = out_text.split("MLflow search run: ")[1].split()[0]
+    assert "FAILED" not in out_text  # every trial built the user's block, in this process or a worker
     out = tmp_path / "exported"
     assert main(["export", parent, "-o", str(out), *tiny]) == 0
     arch = Architecture.from_json((out / "genotype.json").read_text())

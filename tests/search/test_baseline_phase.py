@@ -26,7 +26,7 @@ from .test_runner import _children, _client
 BASELINES = ["dlrm", "deepfm", "dcnv2"]
 TINY = [
     f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.grace_steps=0",
-    "train.val_batches=2", "train.test_batches=2", "runtime.threads=1", f"search.baselines=[{','.join(BASELINES)}]",
+    "train.val_batches=2", "train.test_batches=2", "runtime.threads=1", "search.workers=1", f"search.baselines=[{','.join(BASELINES)}]",
     "search.strategy=random", "search.trials=1", "search.pruning=none", "search.target_mflops=null",
 ]
 
@@ -91,7 +91,8 @@ def test_sigterm_during_the_kth_baseline_then_resume_trains_each_once(
 def test_a_kill_during_the_kth_baseline_then_resume_trains_each_once(
     env: dict[str, str], tmp_path: Path, signame: str, k: int, workers: int,
 ) -> None:
-    cmd = [sys.executable, "-m", "rankitect", "search", *TINY, f"search.workers={workers}"]
+    cmd = [sys.executable, "-m", "rankitect", "search", *[a for a in TINY if not a.startswith("search.workers=")],
+           f"search.workers={workers}"]
     # a session of its own: kill -9 takes the pool's workers with the search, as a lost machine would
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -83,7 +83,7 @@ def test_optuna_studies_hold_baselines_as_finished_trials_outside_the_budget(nam
 
 
 TINY = ["train.max_epochs=1", "train.batch_size=64", "train.val_batches=2", "train.test_batches=2",
-        "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1", "search.trials=2",
+        "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1", "search.workers=1", "search.trials=2",
         "search.baselines=[dlrm,deepfm]"]
 
 

@@ -47,7 +47,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                  "search.trials=1", "train.max_epochs=1", "search.space=nasrec", "search.flops_range=null",
                  "train.batch_size=64", "train.val_batches=2", "train.test_batches=2",
                  "train.progress=false", "search.dnas.supernet.steps=12", "search.dnas.weights_only_steps=4",
-                 "search.dnas.supernet.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1"])
+                 "search.dnas.supernet.log_every=4", "search.baselines=[dlrm]", "runtime.threads=1", "search.workers=1"])
     assert code == 0
     out = capsys.readouterr().out
     parent = out.split("MLflow search run: ")[1].split()[0]
@@ -68,7 +68,7 @@ def test_dnas_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert {"supernet/weights.safetensors", "supernet/space.json", "supernet/feature_spec.json"} <= {f.path for f in files}
     code = main(["finetune", candidate.info.run_id, "--from-supernet", "--steps", "32",
                  f"data.source={learnable_source()}", "train.batch_size=64", "train.val_batches=2",
-                 "train.test_batches=2", "train.progress=false", "runtime.threads=1"])
+                 "train.test_batches=2", "train.progress=false", "runtime.threads=1", "search.workers=1"])
     assert code == 0
     new = capsys.readouterr().out.split("MLflow run: ")[1].split()[0]
     assert client.get_run(new).data.tags["rankitect.start"] == "supernet"

@@ -13,7 +13,7 @@ from rankitect.search.running.checkpoint import load_state
 from rankitect.search.running.runner import SearchRunner
 
 TINY = ["data.rows=3000", "train.steps=1", "train.batch_size=64", "train.val_every=1", "train.val_batches=1",
-        "train.test_batches=1", "runtime.threads=1", "search.baselines=[]", "search.strategy=random",
+        "train.test_batches=1", "runtime.threads=1", "search.workers=1", "search.baselines=[]", "search.strategy=random",
         "search.pruning=none"]
 
 
@@ -131,16 +131,17 @@ def test_a_stopped_search_exits_128_plus_the_signal(env: dict[str, str], tmp_pat
 
 
 def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) -> None:
-    """keep_top_k=1 of four candidates: the best by validation NE (no FLOPs target, so the objective
-    is NE), the baseline and the winner keep weights on their runs; every weight a candidate had
-    while it led was taken off its run again; the output folder holds no weights."""
+    """keep_top_k=1 (and one finalist for the verdict) of four candidates: the best by validation NE
+    (no FLOPs target, so the objective is NE), the baseline and the winner keep weights on their
+    runs; every weight a candidate had while it led was taken off its run again; the output folder
+    holds no weights."""
     from safetensors.torch import load_file
 
     from rankitect.space import build_model
     from rankitect.space.architecture import Architecture
 
     cfg = load_config(overrides=[*TINY, "search.trials=4", "search.keep_top_k=1", "search.baselines=[dlrm]",
-                                 "search.target_mflops=null",
+                                 "search.target_mflops=null", "search.verdict.finalists=1",
                                  "train.steps=30", "train.val_every=10", "train.grace_steps=30"])
     runner = SearchRunner(cfg, echo=lambda s: None)
     outcome = runner.run()

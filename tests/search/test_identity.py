@@ -21,7 +21,7 @@ from .tiny_data import tiny_click_data
 from .together import start_together
 
 TINY = ["train.steps=1", "train.batch_size=64", "train.val_every=1", "train.val_batches=1", "train.test_batches=1",
-        "runtime.threads=1", "search.baselines=[]", "search.strategy=evolution", "search.pruning=none",
+        "runtime.threads=1", "search.workers=1", "search.baselines=[]", "search.strategy=evolution", "search.pruning=none",
         "search.trials=1"]
 SYNTHETIC = ["data.rows=3000", *TINY]
 
@@ -114,7 +114,7 @@ def test_a_process_with_other_data_is_refused_by_a_shared_search(
 
 PROCESSES = 4
 LEARNABLE = ["train.max_epochs=2", "train.grace_steps=33", "train.batch_size=64", "train.val_batches=2",
-             "train.test_batches=2", "runtime.threads=1", "search.pruning=none"]
+             "train.test_batches=2", "runtime.threads=1", "search.workers=1", "search.pruning=none"]
 
 
 def test_four_processes_rank_every_trial_by_one_objective(env: dict[str, str], tmp_path: Path) -> None:

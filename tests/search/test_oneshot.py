@@ -256,7 +256,7 @@ def test_oneshot_search_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                  "search.oneshot.finetune_steps=2",
                  "search.oneshot.score_batches=2", "search.oneshot.supernet.top_k=2", "search.oneshot.supernet.log_every=4",
                  "search.trials=2",
-                 "search.baselines=[dlrm]", "runtime.threads=1"])
+                 "search.baselines=[dlrm]", "runtime.threads=1", "search.workers=1"])
     assert code == 0
     out = capsys.readouterr().out
     parent = out.split("MLflow search run: ")[1].split()[0]

@@ -16,7 +16,7 @@ from tests.space.conftest import SMALL_NASREC
 N = 3
 TINY = [
     f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64", "train.val_batches=2",
-    "train.test_batches=2", "train.progress=false", "runtime.threads=1", "search.space=nasrec",
+    "train.test_batches=2", "train.progress=false", "runtime.threads=1", "search.workers=1", "search.space=nasrec",
     "search.flops_range=null", "search.baselines=[dlrm]", "search.pruning=none", f"search.trials={N}",
     "search.dnas.supernet.steps=12", "search.dnas.weights_only_steps=4", "search.oneshot.supernet.steps=12",
     "search.oneshot.widest_decay_steps=4", "search.oneshot.population=1", "search.oneshot.sample_size=1",

@@ -23,7 +23,7 @@ from tests.planted import Scored
 
 TINY = [
     f"data.source={learnable_source()}", "train.batch_size=64", "train.max_epochs=3", "train.test_batches=2",
-    "search.strategy=random", "runtime.threads=1",
+    "search.strategy=random", "runtime.threads=1", "search.workers=1",
 ]
 
 

@@ -25,7 +25,7 @@ from .together import start_together
 TINY = [
     f"data.source={learnable_source()}", "train.max_epochs=2", "train.grace_steps=33", "train.batch_size=64",
     "train.val_batches=2", "search.pruning=none",
-    "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1",
+    "train.test_batches=2", "search.evolution.population=2", "search.evolution.sample_size=2", "runtime.threads=1", "search.workers=1",
 ]
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from rankitect.eval.result import TrialResult
 from rankitect.eval.objective import Objective
 from rankitect.search.running.runner import SearchRunner
 from rankitect.search.judging.selection import Entrant, auto_target, choose_winner, paired_gain
-from rankitect.search.judging.standings import ValLosses
+from rankitect.search.judging.standings import ExampleLosses
 from rankitect.space.baselines import get_baseline
 from rankitect.train.loop import train_architecture
 from tests.learnable import learnable_source
@@ -203,7 +203,7 @@ def test_cheapest_target_weighs_a_baselines_flops_as_the_objective_does(gain, co
 
 
 def test_val_losses_round_trip_and_refuse_paths(tmp_path):
-    store = ValLosses(tmp_path)
+    store = ExampleLosses(tmp_path)
     losses = np.random.default_rng(7).random(10)
     store.save("dlrm", losses)
     assert np.allclose(store.load("dlrm"), losses, atol=1e-7) and store.load("dlrm").dtype == np.float32
@@ -235,8 +235,10 @@ def test_a_search_keeps_its_baseline_when_no_candidate_clears_the_noise(tmp_path
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     monkeypatch.chdir(tmp_path)
-    tiny = ["train.max_epochs=1", "train.batch_size=64", "runtime.threads=1", "search.trials=3",
-            "search.baselines=[dlrm,deepfm]", "search.evolution.population=2", "search.evolution.sample_size=2"]
+    # the rule on validation alone (no rows held out for a verdict: tests/search/test_verdict.py)
+    tiny = ["train.max_epochs=1", "train.batch_size=64", "runtime.threads=1", "search.workers=1", "search.trials=3",
+            "search.baselines=[dlrm,deepfm]", "search.evolution.population=2", "search.evolution.sample_size=2",
+            "search.verdict.fraction=0"]
     runs = {}
     for z in (0.0, 1e6):  # the plain rule, and a rule no candidate can meet
         lines: list[str] = []
@@ -249,7 +251,7 @@ def test_a_search_keeps_its_baseline_when_no_candidate_clears_the_noise(tmp_path
     bases = ok[ok["kind"] == "baseline"]
     assert strict.loc[strict["winner"], "name"].item() == bases.loc[bases["objective"].idxmin(), "name"]
     assert plain.loc[plain["winner"], "objective"].item() == plain.loc[plain["status"] == "ok", "objective"].min()
-    closing = runs[1e6][0].pick.lines(1e6)  # what the command prints last
+    closing = runs[1e6][0].verdict.lines(1e6)  # what the command prints last
     assert closing[0].startswith(f"winner {strict.loc[strict['winner'], 'name'].item()} (baseline;")
     runner = runs[1e6][2]
     val_rows = len(runner.data.split("val"))
@@ -270,7 +272,7 @@ def test_the_winner_keeps_its_weights_whatever_keep_top_k(tmp_path, monkeypatch)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     cfg = load_config(overrides=[f"data.source={learnable_source()}", "train.max_epochs=1", "train.batch_size=64",
-                                 "runtime.threads=1", "search.trials=3", "search.baselines=[]",
+                                 "runtime.threads=1", "search.workers=1", "search.trials=3", "search.baselines=[]",
                                  "search.strategy=random", "search.keep_top_k=0",
                                  "search.target_mflops=null"])
     outcome = SearchRunner(cfg, echo=lambda line: None).run()

@@ -13,13 +13,13 @@ from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.running.checkpoint import TrialRecord
 from rankitect.search.judging.selection import Entrant, choose_winner
-from rankitect.search.judging.standings import Standings, ValLosses
+from rankitect.search.judging.standings import Standings, ExampleLosses
 
 ROWS, H = 400, 0.5  # validation rows; the split's entropy (NE = mean loss / H)
 
 
-class CountingLosses(ValLosses):
-    """ValLosses that notes every file read from disk (not from its memory)."""
+class CountingLosses(ExampleLosses):
+    """ExampleLosses that notes every file read from disk (not from its memory)."""
 
     def __init__(self, folder) -> None:
         super().__init__(folder)
@@ -31,7 +31,7 @@ class CountingLosses(ValLosses):
         return super().load(name)
 
 
-def _trials(rng: np.random.Generator, store: ValLosses) -> list[TrialRecord]:
+def _trials(rng: np.random.Generator, store: ExampleLosses) -> list[TrialRecord]:
     """Three baselines, then candidates around them: some far better, some within the noise, some
     failed; each ok one's losses saved as a search saves them."""
     common = rng.exponential(H, ROWS)
@@ -53,14 +53,14 @@ def _trials(rng: np.random.Generator, store: ValLosses) -> list[TrialRecord]:
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_the_running_best_is_the_winner_of_every_trial_so_far(tmp_path, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    trials = _trials(rng, ValLosses(tmp_path))
+    trials = _trials(rng, ExampleLosses(tmp_path))
     objective, k = Objective(target_mflops=1.0, weight=0.01), 2
     losses = CountingLosses(tmp_path)
     standings = Standings(objective, 1.0, losses)
     for n in range(1, len(trials) + 1):
         seen = trials[:n]
         best = standings.update(seen)
-        every = [Entrant(t.name, t.kind, t.result, ValLosses(tmp_path).load(t.name)) for t in seen]
+        every = [Entrant(t.name, t.kind, t.result, ExampleLosses(tmp_path).load(t.name)) for t in seen]
         reference = choose_winner(every, objective, 1.0)
         assert (best and best.winner.name) == (reference and reference.winner.name), n
         ok = sorted((t for t in seen if t.kind == "candidate" and t.result.ok), key=lambda t: objective(t.result))

@@ -47,7 +47,7 @@ ARTIFACTS = ROOT / "artifacts" / "ui-browser"
 SEARCH = [
     "search", "--strategy", "random", "--trials", "3", "train.max_epochs=2", f"data.source={learnable_source()}",
     "train.batch_size=64",
-    "train.test_batches=2", "search.pruning=none", "search.baselines=[dlrm]", "runtime.threads=1",
+    "train.test_batches=2", "search.pruning=none", "search.baselines=[dlrm]", "runtime.threads=1", "search.workers=1",
     "train.grace_steps=64",  # both epochs before a model may be ended as diverged: every candidate has a test NE
 ]
 CHROMIUM_FLAGS = [

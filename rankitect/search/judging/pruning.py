@@ -42,7 +42,9 @@ small, picklable handle it needs.
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,6 +225,23 @@ class Rungs:
         self._numbers[trial._trial_id] = trial.number
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
                           self.rule)
+
+    def replay(self, name: str, curve: Sequence[float], result: TrialResult) -> None:
+        """Enter a never-stopped training of ``name`` that ran elsewhere (a reused baseline,
+        :mod:`rankitect.search.running.reuse`) as if it had reported here: after each validation
+        of ``curve`` (validation NE in order) its best so far, as :class:`Reporter` reports, then
+        ``result``; the first rung is then placed from it as from a baseline trained here."""
+        trial = self.study.ask()
+        trial.set_user_attr("name", name)
+        trial.set_user_attr(BASELINE_ATTR, True)
+        best = math.inf
+        for index, ne in enumerate(curve, start=1):
+            best = min(best, ne)
+            if math.isfinite(best):
+                trial.report(best, step=index)
+        self._numbers[trial._trial_id] = trial.number
+        self.close(RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations,
+                              False, self.rule), result)
 
     def calibrate(self) -> tuple[int, str | None] | None:
         """With ``min_validations="auto"``: place the first rung by :func:`first_rung` over the curves of

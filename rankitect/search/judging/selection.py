@@ -134,10 +134,10 @@ class Pick:
         else:
             gain = "" if self.z is None or not math.isfinite(self.z) else f" by {self.z:.2f} standard errors"
             why = f"better on validation objective than the best baseline{gain}"
-        out = [head + _versus(w, None if w is inc else inc) + f"; {why}"]
+        out = [head + versus(w, None if w is inc else inc) + f"; {why}"]
         if self.top is not None and self.top[0] is not w:
             cand, z = self.top
-            out.append(f"best candidate {cand.name} by validation objective: {_versus(cand, w)}; not the winner: "
+            out.append(f"best candidate {cand.name} by validation objective: {versus(cand, w)}; not the winner: "
                        + _lost(cand, z, w, inc, min_gain_se))
         return out
 
@@ -152,7 +152,7 @@ def _change(value: float | None, ref: float | None) -> str:
     return f" ({100 * (value / ref - 1):+.2f}%)"
 
 
-def _versus(e: Entrant, ref: Entrant | None) -> str:
+def versus(e: Entrant, ref: Entrant | None) -> str:
     """``e``'s validation and test NE and FLOPs, each NE with its relative change against ``ref``."""
     r = e.result
     text = (f"val/ne {_ne(r.val_ne)}{_change(r.val_ne, ref and ref.result.val_ne)}, test/ne {_ne(r.test_ne)}"

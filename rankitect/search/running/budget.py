@@ -137,6 +137,8 @@ def spending(trials: Iterable[Any], retrained: set[str], total: float) -> dict[s
     and ``other`` (supernets, set-up, tracking). ``trials`` are checkpoint records."""
     out = dict.fromkeys(SPENDING, 0.0)
     for t in trials:
+        if getattr(t, "reused_from", None):  # trained in an earlier search: no time of this one
+            continue
         seconds = t.result.train_seconds or 0.0
         status = t.result.status
         if t.kind == "baseline":

@@ -48,15 +48,18 @@ class TrialRecord:
     result: TrialResult
     run_id: str | None = None
     trial_id: str | None = None
+    reused_from: str | None = None  # a baseline reused from an earlier run (search.running.reuse), not trained here
 
     def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "kind": self.kind, "name": self.name, "arch": self.arch.to_dict(),
-                "result": self.result.to_dict(), "run_id": self.run_id, "trial_id": self.trial_id}
+        out = {"number": self.number, "kind": self.kind, "name": self.name, "arch": self.arch.to_dict(),
+               "result": self.result.to_dict(), "run_id": self.run_id, "trial_id": self.trial_id}
+        return out if self.reused_from is None else {**out, "reused_from": self.reused_from}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrialRecord:
         return cls(number=d["number"], kind=d["kind"], name=d["name"], arch=Architecture.from_dict(d["arch"]),
-                   result=TrialResult.from_dict(d["result"]), run_id=d.get("run_id"), trial_id=d.get("trial_id"))
+                   result=TrialResult.from_dict(d["result"]), run_id=d.get("run_id"), trial_id=d.get("trial_id"),
+                   reused_from=d.get("reused_from"))
 
 
 @dataclass

@@ -38,6 +38,7 @@ from rankitect.config_rules import flatten, rename_old_keys, to_dict
 # generator's own parameters.
 MAY_CHANGE: tuple[str, ...] = (
     "search.trials", "search.time_budget", "search.workers", "search.seed", "search.keep_top_k",
+    "search.reuse_baselines",
     "search.storage", "search.study_name", "search.output_dir",
     "search.oneshot.supernet.top_k", "search.dnas.supernet.top_k",
     "search.oneshot.supernet.log_every", "search.dnas.supernet.log_every",

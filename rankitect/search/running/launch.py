@@ -1,7 +1,9 @@
 """Starting a search's trials and collecting what they return.
 
 A :class:`Launcher` trains in this process (:class:`~rankitect.search.running.trial.InlineRunner`) or in a
-local pool of ``search.workers`` processes (:class:`~rankitect.search.running.trial.TrialPool`). Every trial
+local pool of ``search.workers`` processes (:class:`~rankitect.search.running.trial.TrialPool`), as
+:func:`worker_plan` resolves it (``auto``: one worker per core, at most :data:`MAX_AUTO_WORKERS`, the
+cores shared out as torch threads). Every trial
 reports its validations to the rung study of successive halving where ``search.pruning`` is on
 (:class:`~rankitect.search.judging.pruning.Rungs`), leaves its weights where the recorder picks them up
 (:class:`~rankitect.search.running.kept.KeptWeights`), stops at the time budget's deadline, and shows its
@@ -10,7 +12,9 @@ steps in the search's progress display (a pool's workers through a steps file th
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +27,70 @@ from rankitect.search.running.trial import InlineRunner, StepFile, TrialOutput, 
 from rankitect.space.architecture import Architecture
 
 
+# A search trains small models: one per core trains faster than one model on every core (torch's
+# intra-op threads scale poorly below a few MFLOPs per example: docs/benchmarks.md, "Speed"). More
+# than a few at once also means proposals made before the results they could learn from.
+MAX_AUTO_WORKERS = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; the machine's count elsewhere)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """How a search trains its trials: ``workers`` processes (1: in the search's own process) of
+    ``threads`` torch threads each."""
+
+    workers: int
+    threads: int
+
+    def words(self) -> str:
+        """``2 workers x 1 thread``, ``1 process x 2 threads``.
+
+        >>> WorkerPlan(2, 1).words(), WorkerPlan(1, 2).words()
+        ('2 workers x 1 thread', '1 process x 2 threads')
+        """
+        who = f"{self.workers} workers" if self.workers > 1 else "1 process"
+        return f"{who} x {self.threads} thread{'s' * (self.threads != 1)}"
+
+
+def worker_plan(workers: int | str, threads: int, cores: int | None = None) -> WorkerPlan:
+    """``search.workers`` and ``runtime.threads`` resolved on a machine of ``cores`` usable cores
+    (default: :func:`usable_cores`): ``auto`` is one worker per core, at most
+    :data:`MAX_AUTO_WORKERS`; threads 0 shares the cores out among the workers (all of them for
+    trials in the search's own process).
+
+    >>> worker_plan("auto", 0, cores=2), worker_plan("auto", 0, cores=16), worker_plan(1, 0, cores=2)
+    (WorkerPlan(workers=2, threads=1), WorkerPlan(workers=4, threads=4), WorkerPlan(workers=1, threads=2))
+    >>> worker_plan(3, 2, cores=2)
+    WorkerPlan(workers=3, threads=2)
+    """
+    cores = usable_cores() if cores is None else cores
+    n = min(cores, MAX_AUTO_WORKERS) if workers == "auto" else int(workers)
+    if n < 1:
+        raise ValueError(f"search.workers must be >= 1 or 'auto', got {workers!r}")
+    return WorkerPlan(n, threads if threads > 0 else max(1, cores // n))
+
+
 class Launcher:
     """Trains the trials of one search run; ``running`` (the recorder's) notes each until it is
     recorded."""
 
     def __init__(self, cfg: Config, data: Any, out_dir: Path, *, train_cfg: Any, weights: KeptWeights,
-                 budget: TimeBudget, progress: LineProgress, running: dict[str, tuple[str, Architecture]]) -> None:
-        search = cfg.search
+                 budget: TimeBudget, progress: LineProgress, running: dict[str, tuple[str, Architecture]],
+                 plan: WorkerPlan) -> None:
         self.out_dir, self.weights, self.budget = out_dir, weights, budget
         self.progress, self.running = progress, running
         self.train_cfg = train_cfg  # the candidates' training settings
-        if search.workers > 1:
-            self.runner: InlineRunner | TrialPool = TrialPool(str(data.path), search.workers,
-                                                              memory_budget=cfg.runtime.memory_budget)
+        if plan.workers > 1:
+            self.runner: InlineRunner | TrialPool = TrialPool(str(data.path), plan.workers, plan.threads,
+                                                              memory_budget=cfg.runtime.memory_budget,
+                                                              verdict=cfg.search.verdict.fraction)
         else:
             self.runner = InlineRunner(data, memory_budget=cfg.runtime.memory_budget)
         self.rungs: Rungs | None = None  # see open_rungs
@@ -68,6 +123,11 @@ class Launcher:
                                     deadline=self.budget.deadline(), on_step=on_step)
         self._tickets[future] = ticket
         return future
+
+    def replay(self, name: str, out: TrialOutput) -> None:
+        """Enter a baseline trained elsewhere (reused) in the rung study, as if it had trained here."""
+        if self.rungs is not None:
+            self.rungs.replay(name, [h["val/ne"] for h in out.history if "val/ne" in h], out.result)
 
     def output(self, future: Future) -> TrialOutput:
         """A finished future's output; its rung-study trial is closed with the result."""

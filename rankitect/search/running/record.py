@@ -27,7 +27,7 @@ from rankitect.search.running.shared_study import SharedStudy
 from rankitect.search.judging.standings import Standings
 from rankitect.search.running.trial import TrialOutput
 from rankitect.signals import Stopped
-from rankitect.track.names import TRIAL as TRIAL_TAG, TRIAL_ID as TRIAL_ID_TAG
+from rankitect.track.names import REUSED_FROM, TRIAL as TRIAL_TAG, TRIAL_ID as TRIAL_ID_TAG
 from rankitect.space.architecture import Architecture
 
 log = logging.getLogger(__name__)
@@ -54,16 +54,20 @@ class Recorder:
         self.state.elapsed = self.budget.spent()
         save_state(self.path, self.state)
 
-    def record(self, kind: str, name: str, arch: Architecture, out: TrialOutput, start: float | None) -> TrialRecord:
+    def record(self, kind: str, name: str, arch: Architecture, out: TrialOutput, start: float | None,
+               reused_from: str | None = None) -> TrialRecord:
         """Checkpoint the finished trial, log its child run (begun at ``start``), checkpoint again,
-        share it, and move or drop its weights (and those of trials no longer kept)."""
+        share it, and move or drop its weights (and those of trials no longer kept).
+        ``reused_from``: a baseline reused from that run, not trained here."""
         self.running.pop(name, None)
         if self._kept is None:
             self._kept = self._keep()
         record = TrialRecord(number=len(self.state.trials), kind=kind, name=name, arch=arch, result=out.result,
-                             trial_id=new_trial_id())
-        if out.result.ok:
-            self.standings.val_losses.save(name, out.val_losses)  # before the record that refers to it
+                             trial_id=new_trial_id(), reused_from=reused_from)
+        if out.result.ok:  # before the record that refers to them
+            self.standings.val_losses.save(name, out.val_losses)
+            self.standings.held["test"].save(name, out.test_losses)
+            self.standings.held["verdict"].save(name, out.verdict_losses)
         self.state.trials.append(record)
         self.state.strategy = self.strategy.state_dict()
         self.checkpoint()
@@ -192,6 +196,8 @@ def _trial_tags(record: TrialRecord) -> dict[str, str]:
         tags[TRIAL_ID_TAG] = record.trial_id
     if record.result.stopped:
         tags[STOPPED_TAG] = record.result.stopped
+    if record.reused_from:
+        tags[REUSED_FROM] = record.reused_from
     return tags
 
 

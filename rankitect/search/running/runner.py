@@ -6,6 +6,7 @@ what they decide (:mod:`rankitect.search.running.baseline_phase`), starts the st
 supernet here), then trains what it proposes until its budget (``search.trials``, or a supernet's
 ``top_k``) has finished, across every process sharing ``search.storage``
 (:mod:`rankitect.search.running.shared_study`), in this process or in a local pool of ``search.workers`` processes
+(``auto``: one per core, :func:`~rankitect.search.running.launch.worker_plan`)
 (:mod:`rankitect.search.running.launch`). Every finished trial is recorded at once (checkpoint, child run,
 kept weights: :mod:`rankitect.search.running.record`); ``resume(run_id)`` continues a killed search exactly
 where its checkpoint stands (see :mod:`rankitect.search.running.checkpoint`). A candidate that fails becomes
@@ -15,6 +16,7 @@ a FAILED child run. At the end the winner and the Pareto table come from
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -31,6 +33,7 @@ from rankitect.config import Config, config_from_dict
 
 from rankitect.config_rules import rename_old_keys
 from rankitect.errors import UserError
+from rankitect.eval.metrics import entropy
 from rankitect.eval.objective import Objective
 from rankitect.eval.result import TrialResult
 from rankitect.search.base import Proposer, SearchContext, SpaceExhausted, arch_hash
@@ -38,15 +41,16 @@ from rankitect.search.running.baseline_phase import BaselinePhase
 from rankitect.search.running.budget import TimeBudget, TrialSlots, parse_duration, spending
 from rankitect.search.running.checkpoint import SearchState, check_writable, folder_lock, load_state, process_key, save_state
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
-from rankitect.search.running.identity import check_identity, config_identity, search_identity
+from rankitect.search.running.identity import check_identity, config_identity, data_identity, search_identity
 from rankitect.search.running.kept import KeptWeights
-from rankitect.search.running.launch import Launcher
+from rankitect.search.running.launch import Launcher, WorkerPlan, worker_plan
 from rankitect.search.proposing.plan_proposer import PlanProposer
 from rankitect.search.running.progress import LineProgress
 from rankitect.search.running.record import Recorder, end_failed, open_parent
-from rankitect.search.judging.selection import Pick
+from rankitect.search.running.reuse import BaselineStore, baseline_key
+from rankitect.search.judging.verdict import Verdict
 from rankitect.search.running.shared_study import SharedStudy, owner_heartbeat
-from rankitect.search.judging.standings import Standings, ValLosses
+from rankitect.search.judging.standings import Standings, ExampleLosses
 from rankitect.track.names import CHECKPOINT as CHECKPOINT_TAG
 from rankitect.signals import StopGuard, Stopped, stop_on_signals
 from rankitect.space.architecture import Architecture
@@ -61,7 +65,7 @@ class SearchOutcome:
     best: Architecture | None
     out_dir: Path
     spending: dict[str, float] | None = None  # seconds by what they went to (see rankitect.search.running.budget)
-    pick: Pick | None = None  # the winner and why: the closing lines (Pick.lines)
+    verdict: Verdict | None = None  # the winner and why: the closing lines (Verdict.lines)
 
 
 def search_dir(cfg: Config, uri: str, parent_run_id: str) -> Path:
@@ -109,6 +113,7 @@ class SearchRunner:
         check_names(cfg.search)  # before the data set is opened (and maybe cached)
         check_paths(cfg)  # before anything is read, created or written
         self.cfg, self.echo = cfg, echo
+        self.plan: WorkerPlan = self._worker_plan()  # who trains the trials
         self.progress = LineProgress(echo)  # see watch()
         budget_seconds = parse_duration(cfg.search.time_budget)  # config errors before any data is read
         check_warmup(cfg.train)
@@ -122,6 +127,9 @@ class SearchRunner:
         check_identity(config_identity(cfg), state, self.shared)
         self.data = open_data(cfg.data.source, cfg.data, progress=_isatty(sys.stderr))  # no carriage returns in a log
         self.identity = search_identity(cfg, self.data)
+        # the validation rows held out for the final choice (rankitect.search.judging.verdict); every
+        # other part of the search sees the rest as the validation split
+        self.data = self.data.with_verdict(cfg.search.verdict.fraction)
         check_identity(self.identity, state, self.shared)
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
@@ -142,6 +150,18 @@ class SearchRunner:
                 end_failed(self.tracker, self.state.parent_run_id, e)
             raise
 
+    def _worker_plan(self) -> WorkerPlan:
+        """``search.workers`` on this machine; in this process where spawned workers could not run
+        the trials (:func:`~rankitect.search.running.trial.in_process_only`), said so."""
+        from rankitect.search.running.trial import in_process_only
+
+        plan = worker_plan(self.cfg.search.workers, self.cfg.runtime.threads)
+        why = in_process_only() if plan.workers > 1 else None
+        if why is not None:
+            self.echo(f"trials run in this process, not in {plan.workers} workers: {why}")
+            plan = worker_plan(1, self.cfg.runtime.threads)
+        return plan
+
     def _open(self, objective: Objective, budget_seconds: float | None, clock: Callable[[], float]) -> None:
         """The rest of the constructor, once the parent run exists: folder, checkpoint, recorder."""
         cfg = self.cfg
@@ -156,7 +176,11 @@ class SearchRunner:
         self.slots = TrialSlots(self.strategy, search.trials, shared=self.shared,
                                 reduction=search.pruning_reduction if search.pruning != "none" else None)
         # per-example validation losses: the winner's paired test
-        self.standings = Standings(objective, search.min_gain_se, ValLosses(self.out_dir))
+        held = self.data.split("verdict").ctr if self.data.has_verdict else None
+        self.standings = Standings(objective, search.min_gain_se, ExampleLosses(self.out_dir), verdict=search.verdict,
+                                   held_entropy=None if held is None else entropy(held))
+        # baselines trained before on the same data, recipe and protocol (rankitect.search.running.reuse)
+        self.reuse = BaselineStore(self.tracker, self.out_dir) if search.reuse_baselines else None
         self.recorder = Recorder(self.state, self.path, tracker=self.tracker, space=self.space, strategy=self.strategy,
                                  shared=self.shared, weights=KeptWeights(self.tracker, self.out_dir, self.data.spec),
                                  standings=self.standings, keep_top_k=search.keep_top_k, budget=self.budget)
@@ -201,8 +225,9 @@ class SearchRunner:
         left = self.trial_budget() - len([t for t in self.state.trials if not t.result.pruned])
         try:
             archs = {n: get_baseline(n, self.data.spec) for n in self.cfg.search.baselines}
-            return estimate_search(archs, self.data, self.train_cfg, trials_left=left,
-                                   workers=self.cfg.search.workers, budget_left=self.budget.left())
+            return estimate_search(archs, self.data, self.train_cfg, trials_left=left, workers=self.plan.workers,
+                                   threads=self.plan.threads,
+                                   budget_left=self.budget.left(), supernet=isinstance(self.strategy, PlanProposer))
         except Exception as e:  # noqa: BLE001 - an estimate never stops a search; its trials report their faults
             log.debug("no estimate: %s: %s", type(e).__name__, e)
             return None
@@ -222,7 +247,7 @@ class SearchRunner:
         from rankitect.track.location import store_args
 
         launcher = Launcher(self.cfg, self.data, self.out_dir, train_cfg=self.train_cfg, weights=self.recorder.weights,
-                            budget=self.budget, progress=self.progress, running=self.recorder.running)
+                            budget=self.budget, progress=self.progress, running=self.recorder.running, plan=self.plan)
         with stop_on_signals() as self.guard:
             try:
                 self.recorder.reconcile(self.cfg.search.storage)
@@ -262,18 +287,39 @@ class SearchRunner:
         todo = [n for n in self.cfg.search.baselines if n not in done]
         pending: dict[Future, tuple[str, Architecture]] = {}
         while todo or pending:
-            while todo and len(pending) < max(1, self.cfg.search.workers) and not self.budget.exhausted():
+            while todo and len(pending) < self.plan.workers and not self.budget.exhausted():
                 name = todo.pop(0)
                 arch = get_baseline(name, self.data.spec)
-                pending[launcher.submit("baseline", name, arch, prune=False)] = (name, arch)
+                if not self._reuse_baseline(name, arch, launcher):
+                    pending[launcher.submit("baseline", name, arch, prune=False)] = (name, arch)
             if not pending:
-                self.echo(f"time budget spent ({self.budget.words()}): baseline{'s' * (len(todo) > 1)} "
-                          f"{', '.join(todo)} not trained (--resume with a larger search.time_budget trains them)")
+                if todo:  # none could start: the budget is spent (reused ones need none)
+                    self.echo(f"time budget spent ({self.budget.words()}): baseline{'s' * (len(todo) > 1)} "
+                              f"{', '.join(todo)} not trained (--resume with a larger search.time_budget trains "
+                              "them)")
                 return
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for future in finished:
                 name, arch = pending.pop(future)
                 self._record("baseline", name, arch, launcher.output(future))
+
+    def _baseline_key(self, arch: Architecture) -> str:
+        return baseline_key(arch, data_identity(self.data), self.train_cfg, self.cfg.search.verdict.fraction)
+
+    def _reuse_baseline(self, name: str, arch: Architecture, launcher: Launcher) -> bool:
+        """Record baseline ``name`` from a run of the same data, recipe, seed and protocol in the run
+        store, where there is one (said, tagged, entered in the rung study); whether it was."""
+        if self.reuse is None:
+            return False
+        found = self.reuse.find(self._baseline_key(arch), self.recorder.weights.path(name))
+        if found is None:
+            return False
+        run_id, out = found
+        launcher.replay(name, out)
+        self.echo(f"[baseline] {name}: reused from run {run_id} (the same data, recipe, seed and protocol; "
+                  "search.reuse_baselines=false trains it again)")
+        self._record("baseline", name, arch, out, reused_from=run_id)
+        return True
 
     def _start_strategy(self) -> None:
         """Hand the strategy what it may need before its first proposal (a supernet phase runs
@@ -305,7 +351,7 @@ class SearchRunner:
         pending: dict[Future, Architecture] = {}
         exhausted = False
         while True:
-            while (not exhausted and len(pending) < self.cfg.search.workers
+            while (not exhausted and len(pending) < self.plan.workers
                    and self.slots.left(self.state.candidates(), len(pending)) > 0):
                 if self.budget.exhausted():
                     self.echo(f"time budget spent ({self.budget.words()}): no new candidate starts")
@@ -330,11 +376,14 @@ class SearchRunner:
                 self.strategy.tell(arch, out.result)
                 self._record("candidate", arch_hash(arch), arch, out)
 
-    def _record(self, kind: str, name: str, arch: Architecture, out: Any) -> None:
+    def _record(self, kind: str, name: str, arch: Architecture, out: Any, reused_from: str | None = None) -> None:
         """Record the finished trial and show its line (a signal arriving meanwhile stops the search
-        once the trial is written)."""
+        once the trial is written); an ok baseline's run keeps what a later search reuses of it."""
         with self.guard.deferred():
-            record = self.recorder.record(kind, name, arch, out, out.started or self.progress.start_time(name))
+            record = self.recorder.record(kind, name, arch, out, out.started or self.progress.start_time(name),
+                                          reused_from=reused_from)
+            if kind == "baseline" and out.result.ok and self.reuse is not None and record.run_id:
+                self.reuse.keep(record.run_id, self._baseline_key(arch), out, reused_from=reused_from)
             self.progress.finished(name, out.result, self.recorder.line(record, self.candidate_budget()))
             if out.traceback:
                 log.debug("trial %s failed:\n%s", name, out.traceback)
@@ -352,11 +401,13 @@ class SearchRunner:
             if view is not None:
                 phase.take_view(view, echo=False)
             trials = self.recorder.all_trials()
-            table, best, pick = self.standings.pareto(trials)
-            if pick is not None:  # the winner itself closes the output (SearchOutcome.pick)
-                within = self.standings.within_target(trials, pick)
+            started = time.perf_counter()
+            table, best, verdict = self.standings.pareto(trials)
+            if verdict is not None:  # the winner itself closes the output (SearchOutcome.verdict)
+                within = self.standings.within_target(trials, verdict)
                 if within is not None:
                     self.echo(within)
+                self._record_verdict(verdict, trials, time.perf_counter() - started)
             table.to_csv(self.out_dir / "pareto.csv", index=False)
             if best is not None:
                 (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
@@ -370,7 +421,15 @@ class SearchRunner:
             self.tracker.log_metrics(self.state.parent_run_id, {f"budget/{k}_seconds": v for k, v in spent.items()})
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
-        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent, pick)
+        return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent, verdict)
+
+    def _record_verdict(self, verdict: Verdict, trials: list[Any], seconds: float) -> None:
+        """``verdict.json`` in the search folder and on the search run (with the seconds the choice
+        took), and the held-out NE on the runs it judged."""
+        record = {**verdict.to_dict(), "entropy": self.standings.held_entropy, "seconds": seconds}
+        (self.out_dir / "verdict.json").write_text(json.dumps(record, indent=2) + "\n")
+        self.tracker.log_verdict(self.state.parent_run_id, record,
+                                 {t.name: t.run_id for t in trials if t.run_id is not None})
 
 
 def _isatty(stream: Any) -> bool:

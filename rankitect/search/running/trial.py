@@ -79,6 +79,8 @@ class TrialOutput:
     history: list[dict[str, float]]
     traceback: str | None = None
     val_losses: np.ndarray | None = None
+    test_losses: np.ndarray | None = None  # per-example, of an ok trial: what the quality bench reads
+    verdict_losses: np.ndarray | None = None  # per-example on the held-out verdict rows (where carved)
     started: float | None = None  # the trial's own wall clock (time.time()): its MLflow run's span
     ended: float | None = None
 
@@ -134,7 +136,8 @@ def _run_trial(
             from rankitect.track.weights import save_weights
 
             save_weights(out.model.state_dict(), weights_path)
-        return TrialOutput(result=result, history=out.history, val_losses=out.val_losses)
+        return TrialOutput(result=result, history=out.history, val_losses=out.val_losses, test_losses=out.test_losses,
+                           verdict_losses=out.verdict_losses)
     except (KeyboardInterrupt, SystemExit):
         raise
     except TrialPruned as e:
@@ -181,13 +184,49 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _init_worker(data_path: str, threads: int, memory_budget: float | None = None, parent: int | None = None) -> None:
+def user_modules() -> list[str]:
+    """Modules outside rankitect that registered a block or a search space, and which another
+    process can import: a worker imports them before its first trial, so a user's own block or
+    space (a module the search's process imported) is known there too. (A script's ``__main__`` is
+    imported again by every spawned worker, so what it registers is known there.)"""
+    found = {getattr(item, "__module__", "") for item in _registered()}
+    return sorted(m for m in found if m and m not in ("__main__", "__mp_main__") and m != "rankitect"
+                  and not m.startswith("rankitect."))
+
+
+def in_process_only() -> str | None:
+    """Why this search's trials cannot run in spawned workers, or ``None``: its ``__main__`` names a
+    file that does not exist (``python -`` reading stdin: a worker would fail to import it), or
+    registered a block or space with no file at all (a notebook, ``python -c``: a worker would
+    not know it)."""
+    import sys
+
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not os.path.isfile(main_file):
+        return f"the main program {main_file!r} is no file a worker process can import"
+    if main_file is None and any(getattr(item, "__module__", "") == "__main__" for item in _registered()):
+        return "blocks or spaces registered in __main__ (a notebook, python -c) are unknown to worker processes"
+    return None
+
+
+def _registered() -> list[Any]:
+    from rankitect.blocks.base import BLOCKS
+    from rankitect.space.space import SPACES
+
+    return [*BLOCKS.values(), *SPACES.values()]
+
+
+def _init_worker(data_path: str, threads: int, memory_budget: float | None = None, parent: int | None = None,
+                 modules: tuple[str, ...] = (), verdict: float = 0.0) -> None:
+    import importlib
     import os
 
     import torch
 
     if parent is not None:
         die_with_parent(parent)
+    for module in modules:  # the user's own blocks and spaces, as the search's process knows them
+        importlib.import_module(module)
 
     if os.environ.get("RANKITECT_QUIET"):  # set by the command line without -v
         from rankitect.verbosity import quiet_third_party
@@ -198,7 +237,7 @@ def _init_worker(data_path: str, threads: int, memory_budget: float | None = Non
 
     if threads > 0:
         torch.set_num_threads(threads)
-    _WORKER_DATA["data"] = ClickData.open(data_path)
+    _WORKER_DATA["data"] = ClickData.open(data_path).with_verdict(verdict)  # the rows the search's process holds out
     _WORKER_DATA["memory_budget"] = memory_budget
 
 
@@ -240,15 +279,17 @@ class TrialPool:
 
     def __init__(
         self, data_path: str, workers: int, threads_per_worker: int = 1, *, memory_budget: float | None = None,
+        verdict: float = 0.0,
     ) -> None:
         self.data_path, self.workers, self.threads = data_path, workers, threads_per_worker
-        self.memory_budget = memory_budget
+        self.memory_budget, self.verdict = memory_budget, verdict
         self.executor = self._new_executor()
 
     def _new_executor(self) -> ProcessPoolExecutor:
         ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(self.data_path, self.threads, self.memory_budget, os.getpid()))
+                                   initargs=(self.data_path, self.threads, self.memory_budget, os.getpid(),
+                                             tuple(user_modules()), self.verdict))
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
