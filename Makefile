@@ -12,8 +12,12 @@ ARGS ?=
 search: $(STAMP)
 	$(BIN)/rankitect search $(ARGS)
 
+# Two workers, whatever the machine (CI has 2 cores); tests are dealt out as they finish
+# (worksteal), so the long end-to-end ones do not pile up on one worker. ARGS="-n 0" runs serially.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 install: $(STAMP)
 

@@ -49,8 +49,43 @@ def read_search(folder: Path) -> dict[str, Any]:
     state = json.loads((tables[0].parent / "state.json").read_text())
     rows = [{c: _plain(r[c]) for c in TABLE_COLUMNS} for r in table.to_dict(orient="records")]
     min_gain_se = state.get("config", {}).get("search", {}).get("min_gain_se", DEFAULT_MIN_GAIN_SE)
-    return {"run_id": tables[0].parent.name, "search_s": state.get("elapsed"), "table": rows,
-            "at_target": at_target(rows, ExampleLosses(tables[0].parent), min_gain_se)}
+    where = tables[0].parent
+    verdict = json.loads((where / "verdict.json").read_text()) if (where / "verdict.json").is_file() else None
+    return {"run_id": where.name, "search_s": state.get("elapsed"), "table": rows,
+            "at_target": at_target(rows, ExampleLosses(where), min_gain_se), "verdict": _claim(verdict),
+            "test_z": test_z(rows, ExampleLosses(where, "test"))}
+
+
+def _claim(verdict: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the search's verdict claimed: on how many held-out rows, among how many finalists, the
+    returned model's gain there in % of the best baseline's NE (negative: better; 0 where the best
+    baseline stayed), and the seconds the final choice took."""
+    if not verdict:
+        return None
+    won = next((f for f in verdict.get("finalists", []) if f["name"] == verdict["winner"]), None)
+    ne = verdict.get("incumbent_ne")
+    claimed = -100 * won["gain"] / ne if won is not None and ne else 0.0
+    return {"rows": verdict.get("rows", 0), "finalists": len(verdict.get("finalists", [])),
+            "claimed_pct": claimed, "seconds": verdict.get("seconds")}
+
+
+def test_z(table: Iterable[Mapping[str, Any]], losses: ExampleLosses) -> float | None:
+    """The returned model's test NE against the best baseline's in paired standard errors of test
+    (negative: better; 0 where it is that baseline); ``None`` without both per-example test losses."""
+    from rankitect.search.judging.selection import paired_gain
+
+    rows = list(table)
+    base, won = best_baseline(rows), returned(rows)
+    if base is None or won is None:
+        return None
+    if won["name"] == base["name"]:
+        return 0.0
+    a, b = losses.load(base["name"]), losses.load(won["name"])
+    if a is None or b is None or len(a) != len(b):
+        return None
+    h = float(a.mean(dtype="float64")) / base["test_ne"]
+    gain, se = paired_gain(a, b, entropy=h)
+    return -gain / se if se > 0 else 0.0
 
 
 def at_target(table: Iterable[Mapping[str, Any]], losses: ExampleLosses, min_gain_se: float) -> str | None:
@@ -128,6 +163,12 @@ def seed_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         if capped is not None and base is not None:
             row.update(target_returned=capped["name"], target_test_ne=capped["test_ne"],
                        target_diff_pct=against(capped, base)["diff_pct"])
+        claim = run.get("verdict")
+        if claim:  # what the verdict claimed on its held-out rows, against what the model does on test
+            row.update(claimed_pct=claim["claimed_pct"], finalists=claim["finalists"], verdict_rows=claim["rows"],
+                       verdict_s=claim["seconds"])
+        if run.get("test_z") is not None:
+            row["test_z"] = run["test_z"]
         rows.append(row)
     return sorted(rows, key=lambda r: (r["data"], r["seed"], r["strategy"] != CLOCK, r["strategy"]))
 
@@ -187,13 +228,15 @@ def _f(value: Any, spec: str = ".4f", none: str = "-") -> str:
 
 
 SEED_COLUMNS = (("strategy", 10), ("returned", 18), ("baseline", 8), ("test NE", 8), ("MFLOPs", 8),
-                ("vs best", 8), ("<= FLOPs", 8), ("trained", 7), ("wall s", 7), ("search s", 8), ("budget", 8))
+                ("vs best", 8), ("z test", 6), ("claimed", 8), ("final", 5), ("<= FLOPs", 8), ("trained", 7),
+                ("wall s", 7), ("search s", 8), ("budget", 8))
 
 
 def _cells(r: Mapping[str, Any]) -> list[str]:
-    diff = r.get("diff_pct")
+    diff, claimed = r.get("diff_pct"), r.get("claimed_pct")
     return [r["strategy"], str(r.get("returned", "(none)"))[:18], _f(r.get("is_baseline"), ""),
             _f(r.get("test_ne")), _f(r.get("mflops"), ".3f"), "-" if diff is None else f"{diff:+.2f}%",
+            _f(r.get("test_z"), "+.1f"), "-" if claimed is None else f"{claimed:+.2f}%", _f(r.get("finalists"), "d"),
             _f(r.get("within_flops"), ""), str(r["trained"]), _f(r["wall_s"], ".0f"), _f(r["search_s"], ".0f"),
             r.get("time_budget") or "-"]
 

@@ -48,7 +48,15 @@ def data_overrides(name: str) -> list[str]:
     """The ``data.*`` overrides of a data set named on the command line."""
     if name == "adult":
         return [f"data.source={SHARED / 'adult.csv'}", f"data.schema={SHARED / 'adult.yaml'}"]
+    if name in NAMED:
+        return list(NAMED[name])
     return [f"data.source={name}"]
+
+
+# Development data sets known by a name of their own (beside adult and the generators' names).
+NAMED = {
+    "rare": ("data.source=synthetic", "data.ctr=0.0064", "data.rows=100000"),  # a rare-click ad log: 0.64% clicks
+}
 
 
 def around(space: Any, start: Any, n: int, rng: np.random.Generator) -> list[Any]:

@@ -96,6 +96,24 @@ def _log_winner_model(runner: Any, outcome: Any) -> None:
           "scores a DataFrame of raw feature columns")
 
 
+def _time_line(spent: dict[str, float], plan: Any) -> str:
+    """The search's wall time and what its trainings took; with several workers the trainings' minutes
+    are the workers' (they run side by side, so they add up to more than the wall time).
+
+    >>> from rankitect.search.running.launch import WorkerPlan
+    >>> _time_line({"baselines": 120.0, "candidates": 60.0, "other": 30.0, "total": 210.0}, WorkerPlan(1, 2))
+    'time: 3.5 min (baselines 2.0, candidates 1.0, other 0.5 min) on 1 process x 2 threads'
+    >>> _time_line({"baselines": 240.0, "candidates": 120.0, "other": 0.0, "total": 210.0}, WorkerPlan(2, 1))
+    'time: 3.5 min on 2 workers x 1 thread; the trainings took baselines 4.0, candidates 2.0 worker-min'
+    """
+    total = f"time: {spent['total'] / 60:.1f} min"
+    if plan.workers == 1:
+        parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
+        return f"{total} ({parts} min) on {plan.words()}"
+    parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k not in ("total", "other") and spent[k] > 0)
+    return f"{total} on {plan.words()}; the trainings took {parts} worker-min"
+
+
 def _print_outcome(outcome: Any, runner: Any) -> None:
     from rankitect.eval.pareto import front_note, verdict
     from rankitect.track.location import store_args
@@ -116,9 +134,7 @@ def _print_outcome(outcome: Any, runner: Any) -> None:
     if note is not None:
         print(note)
     if outcome.spending:
-        spent = outcome.spending
-        parts = ", ".join(f"{k} {spent[k] / 60:.1f}" for k in spent if k != "total" and spent[k] > 0)
-        print(f"time: {spent['total'] / 60:.1f} min ({parts} min) on {runner.plan.words()}")
+        print(_time_line(outcome.spending, runner.plan))
     store = store_args(runner.tracker.uri)
     print(f"MLflow search run: {outcome.parent_run_id}  (rankitect runs {outcome.parent_run_id}{store}; "
           f"rankitect export {outcome.parent_run_id} -o winner/{store}; rankitect ui{store})")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rankitect.data.clickdata import FORMAT, FORMAT_VERSION, ClickData, format_version, is_data_dir
+from rankitect.data.clickdata import FORMAT, FORMAT_VERSION, ClickData, _SplitStats, format_version, is_data_dir
 from rankitect.data.hashing import SPLITS
 from rankitect.data.spec import FeatureSpec
 from rankitect.errors import DataError
@@ -42,49 +42,6 @@ def file_cache_key(path: str | Path, options: Mapping[str, Any]) -> str:
     st = p.stat()
     blob = json.dumps([FORMAT_VERSION, str(p), st.st_size, st.st_mtime_ns, dict(options)], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def entropy(ctr: float) -> float:
-    """Binary entropy in nats of a base rate (0 for 0 or 1)."""
-    if ctr <= 0.0 or ctr >= 1.0:
-        return 0.0
-    return float(-(ctr * np.log(ctr) + (1 - ctr) * np.log1p(-ctr)))
-
-
-class _SplitStats:
-    """Running statistics of one split while it is written."""
-
-    def __init__(self) -> None:
-        self.rows, self.positives, self.requests, self.ll_sum = 0, 0.0, 0, 0.0
-        self.last_request: int | None = None
-        self.has_probs = True
-
-    def update(self, labels: np.ndarray, request_ids: np.ndarray, probs: np.ndarray | None) -> None:
-        if len(labels) == 0:
-            return
-        self.rows += len(labels)
-        self.positives += float(labels.sum(dtype=np.float64))
-        new = int(np.count_nonzero(request_ids[1:] != request_ids[:-1])) + 1
-        self.requests += new - (1 if self.last_request == int(request_ids[0]) else 0)
-        self.last_request = int(request_ids[-1])
-        if probs is None:
-            self.has_probs = False
-        else:
-            p = np.clip(probs.astype(np.float64), 1e-12, 1 - 1e-12)
-            self.ll_sum -= float(np.sum(labels * np.log(p) + (1 - labels) * np.log1p(-p)))
-
-    def as_dict(self) -> dict[str, Any]:
-        ctr = self.positives / self.rows if self.rows else 0.0
-        h = entropy(ctr)
-        bayes = self.ll_sum / self.rows / h if (self.has_probs and self.rows and h > 0) else None
-        return {"rows": self.rows, "requests": self.requests, "positives": int(self.positives),
-                "ctr": ctr, "bayes_ne": bayes}
-
-def split_stats(labels: np.ndarray, request_ids: np.ndarray, probs: np.ndarray | None) -> dict[str, Any]:
-    """A split's statistics (rows, requests, positives, ctr, bayes_ne) from its arrays in storage order."""
-    stats = _SplitStats()
-    stats.update(np.asarray(labels, np.float64), np.asarray(request_ids), None if probs is None else np.asarray(probs))
-    return stats.as_dict()
 
 
 class StoreWriter:

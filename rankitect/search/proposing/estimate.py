@@ -123,7 +123,7 @@ def estimate_search(baselines: dict[str, Architecture], data: Any, cfg: TrainCon
     rounds = math.ceil(trials_left / max(1, workers))
     total, most = soon * rounds, late * rounds
     who = f"{workers} at a time" if workers > 1 else "one at a time"
-    stop = f"after {cfg.patience + 1} validations (train.patience {cfg.patience})" if cfg.patience else "never"
+    stop = f"after {cfg.patience + 1} validations at train.patience {cfg.patience}" if cfg.patience else "never"
     line = (f"estimate: {trials_left} trainings, {who}; the baselines ({min(mflops):.3g}-{max(mflops):.3g} MFLOPs "
             f"per example, a few steps timed here) take {_minutes(soon)} each where early stopping ends them "
             f"soonest ({stop}), {_minutes(late)} at most ({_schedule(cfg, data)}): about {_minutes(total)}, "
