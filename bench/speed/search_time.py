@@ -35,10 +35,15 @@ DATA = {"adult": [f"data.source={SHARED_DATA / 'adult.csv'}", f"data.schema={SHA
 PARTS = ("prepare", "steps", "validate", "score")
 
 
+OUTSIDE = ("estimate", "supernet", "propose", "record", "verdict", "log winner")
+
+
 class Clock:
-    """Seconds by (trial kind and status, part); the trial running now collects into ``current``."""
+    """Seconds by (trial kind and status, part); the trial running now collects into ``current``;
+    the search's own work outside its trials by part (:data:`OUTSIDE`) in ``outside``."""
 
     def __init__(self) -> None:
+        self.outside: dict[str, float] = defaultdict(float)
         self.parts: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.current: dict[str, float] | None = None
         self.held_out = 0.0  # scoring on the verdict's held-out rows (part of "score")
@@ -63,12 +68,27 @@ def _timed(clock: Clock, part: str, fn: Callable[..., Any]) -> Callable[..., Any
     return wrapped
 
 
+def _outside(clock: Clock, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` timed into ``clock.outside[part]`` (the search's work between trials)."""
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            clock.outside[part] += time.perf_counter() - start
+    return wrapped
+
+
 def instrument(clock: Clock, stack: contextlib.ExitStack) -> None:
     """Wrap what trials do with ``clock``'s timers (undone when ``stack`` closes)."""
     from unittest import mock
 
+    import rankitect.cli.search as cli_search
     import rankitect.search.judging.standings as standings
     import rankitect.search.running.launch as launch
+    import rankitect.search.running.record as record
+    import rankitect.search.running.runner as runner
+    from rankitect.search.base import STRATEGIES
     import rankitect.search.running.trial as trial
     import rankitect.space as space
     import rankitect.train.loop as loop
@@ -112,6 +132,15 @@ def instrument(clock: Clock, stack: contextlib.ExitStack) -> None:
         clock.judge += time.perf_counter() - start
         return out
 
+    real_record = record.Recorder.record
+
+    def record_trial(self: Any, *args: Any, **kwargs: Any) -> Any:  # the strategy's tell happens just before
+        start = time.perf_counter()
+        try:
+            return real_record(self, *args, **kwargs)
+        finally:
+            clock.outside["record"] += time.perf_counter() - start
+
     patches = [
         mock.patch.object(trial, "run_trial", run_trial),
         mock.patch.object(trial, "check_fits", _timed(clock, "prepare", trial.check_fits)),
@@ -122,7 +151,17 @@ def instrument(clock: Clock, stack: contextlib.ExitStack) -> None:
         mock.patch.object(loop, "held_out_losses", held_out_losses),
         mock.patch.object(standings.Standings, "judge", judge),
         mock.patch.object(launch.Launcher, "submit", submit),
+        mock.patch.object(record.Recorder, "record", record_trial),
+        mock.patch.object(runner.SearchRunner, "estimate", _outside(clock, "estimate", runner.SearchRunner.estimate)),
+        mock.patch.object(runner.SearchRunner, "_start_strategy",
+                          _outside(clock, "supernet", runner.SearchRunner._start_strategy)),
+        mock.patch.object(runner.SearchRunner, "_record_verdict",
+                          _outside(clock, "verdict", runner.SearchRunner._record_verdict)),
+        mock.patch.object(cli_search, "_log_winner_model", _outside(clock, "log winner", cli_search._log_winner_model)),
     ]
+    for strategy in STRATEGIES.values():  # what a proposal costs (surrogate ranking, FLOPs of changes)
+        if "ask" in vars(strategy):
+            patches.append(mock.patch.object(strategy, "ask", _outside(clock, "propose", vars(strategy)["ask"])))
     for p in patches:
         stack.enter_context(p)
 
@@ -160,7 +199,9 @@ def report(name: str, r: dict[str, Any]) -> None:
         trained += total
         print(f"{key[0] + ' ' + key[1]:<22}{n:>4}" + "".join(f"{parts[p]:>10.1f}" for p in PARTS)
               + f"{total:>10.1f}{100 * total / wall:>7.1f}%")
-    print(f"outside trials (supernet phase, MLflow, the rest): {wall - trained:.1f} s ({100 * (wall - trained) / wall:.1f}%)")
+    print(f"outside trials: {wall - trained:.1f} s ({100 * (wall - trained) / wall:.1f}%), of it "
+          + ", ".join(f"{part} {clock.outside[part]:.1f} s" for part in OUTSIDE)
+          + f", the rest (imports, data, MLflow runs) {wall - trained - sum(clock.outside.values()):.1f} s")
     verdict = clock.held_out + clock.judge
     print(f"the verdict: held-out scoring {clock.held_out:.1f} s + the final choice {clock.judge:.2f} s = "
           f"{100 * verdict / wall:.2f}% of the wall time")
