@@ -17,6 +17,13 @@ target_mflops``, printed where its winner costs more. Under the default ``relaxe
 at or below the target pays nothing, so within the cap the rule ranks by validation NE alone. A
 strategy whose returned model costs more than the best baseline is thus also compared where the
 quality goal puts every model, at no more than the best baseline's FLOPs.
+
+It also reads what the search's verdict claimed (``verdict.json``, :mod:`rankitect.search.judging.verdict`):
+the returned model's gain over the best baseline on the held-out validation rows (``claimed``, in %
+of the best baseline's NE there; 0 where the best baseline stayed), how many finalists were judged,
+and what the verdict cost (the held-out scoring of every trial plus the final choice) as a share of
+the search's own seconds; beside it, the returned model's test change against the best baseline in
+paired standard errors of test (``z test``, from the per-example test losses the search kept).
 """
 
 from __future__ import annotations
@@ -65,8 +72,10 @@ def _claim(verdict: Mapping[str, Any] | None) -> dict[str, Any] | None:
     won = next((f for f in verdict.get("finalists", []) if f["name"] == verdict["winner"]), None)
     ne = verdict.get("incumbent_ne")
     claimed = -100 * won["gain"] / ne if won is not None and ne else 0.0
+    seconds = (verdict.get("seconds") or 0.0) + (verdict.get("scoring_seconds") or 0.0)
+    share = seconds / verdict["search_seconds"] if verdict.get("search_seconds") else None
     return {"rows": verdict.get("rows", 0), "finalists": len(verdict.get("finalists", [])),
-            "claimed_pct": claimed, "seconds": verdict.get("seconds")}
+            "claimed_pct": claimed, "seconds": seconds, "share": share}
 
 
 def test_z(table: Iterable[Mapping[str, Any]], losses: ExampleLosses) -> float | None:
@@ -166,7 +175,7 @@ def seed_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         claim = run.get("verdict")
         if claim:  # what the verdict claimed on its held-out rows, against what the model does on test
             row.update(claimed_pct=claim["claimed_pct"], finalists=claim["finalists"], verdict_rows=claim["rows"],
-                       verdict_s=claim["seconds"])
+                       verdict_s=claim["seconds"], verdict_share=claim.get("share"))
         if run.get("test_z") is not None:
             row["test_z"] = run["test_z"]
         rows.append(row)
@@ -228,8 +237,8 @@ def _f(value: Any, spec: str = ".4f", none: str = "-") -> str:
 
 
 SEED_COLUMNS = (("strategy", 10), ("returned", 18), ("baseline", 8), ("test NE", 8), ("MFLOPs", 8),
-                ("vs best", 8), ("z test", 6), ("claimed", 8), ("final", 5), ("<= FLOPs", 8), ("trained", 7),
-                ("wall s", 7), ("search s", 8), ("budget", 8))
+                ("vs best", 8), ("z test", 6), ("claimed", 8), ("final", 5), ("verdict", 7), ("<= FLOPs", 8),
+                ("trained", 7), ("wall s", 7), ("search s", 8), ("budget", 8))
 
 
 def _cells(r: Mapping[str, Any]) -> list[str]:
@@ -237,6 +246,7 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
     return [r["strategy"], str(r.get("returned", "(none)"))[:18], _f(r.get("is_baseline"), ""),
             _f(r.get("test_ne")), _f(r.get("mflops"), ".3f"), "-" if diff is None else f"{diff:+.2f}%",
             _f(r.get("test_z"), "+.1f"), "-" if claimed is None else f"{claimed:+.2f}%", _f(r.get("finalists"), "d"),
+            "-" if r.get("verdict_share") is None else f"{100 * r['verdict_share']:.1f}%",
             _f(r.get("within_flops"), ""), str(r["trained"]), _f(r["wall_s"], ".0f"), _f(r["search_s"], ".0f"),
             r.get("time_budget") or "-"]
 

@@ -44,6 +44,8 @@ class TrialResult:
         steps: training steps taken; best_step: the step of the best validation (an ok trial's).
         stopped: why training ended early though the trial is ok (``"time budget"``: the search's
             deadline; its best validation so far is its result), ``None`` when it ran to its end.
+        held_out_seconds: the seconds its scoring on the rows a search holds out for its verdict
+            took (what the verdict costs; never the score itself), ``None`` without such rows.
     """
 
     status: str = "ok"
@@ -59,6 +61,7 @@ class TrialResult:
     cost: Cost | None = None
     best_step: int | None = None  # the step of the best validation
     stopped: str | None = None  # e.g. "time budget": cut short by the search's deadline
+    held_out_seconds: float | None = None  # of its wall time, the scoring on the verdict's held-out rows
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -99,13 +102,14 @@ class TrialResult:
     def from_metrics(
         cls, metrics: dict[str, float], *, mflops: float, params: int | None = None,
         train_seconds: float | None = None, steps: int | None = None, cost: Cost | None = None,
-        best_step: int | None = None, stopped: str | None = None,
+        best_step: int | None = None, stopped: str | None = None, held_out_seconds: float | None = None,
     ) -> TrialResult:
         """From the ``val/*``, ``test/*`` metrics dict of ``rankitect.train.loop.train_model``."""
         return cls(
             val_ne=metrics["val/ne"], test_ne=metrics.get("test/ne"), test_auc=metrics.get("test/auc"),
             test_logloss=metrics.get("test/logloss"), mflops=mflops, params=params,
             train_seconds=train_seconds, steps=steps, cost=cost, best_step=best_step, stopped=stopped,
+            held_out_seconds=held_out_seconds,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class TrainResult:
     # per-example losses of the returned model on the data's held-out verdict rows, where it has them
     # (ClickData.with_verdict); never part of ``metrics``: nothing but a search's final choice reads them
     verdict_losses: np.ndarray | None = None
+    held_out_seconds: float | None = None  # what scoring those rows took (None without them)
     stopped: str | None = None  # why training ended before its protocol said so (protocol.BUDGET_STOP), if it did
 
 
@@ -150,11 +151,13 @@ def train_model(
     seconds = time.perf_counter() - start
     test = scored(model, data.split("test"), cfg.batch_size, cfg.test_batches)
     metrics = {**protocol.best_metrics(), **{f"test/{k}": float(v) for k, v in test.compute().items()}}
+    held_start = time.perf_counter()
     verdict = held_out_losses(model, data, cfg.batch_size)
+    held = None if verdict is None else time.perf_counter() - held_start
     return TrainResult(model=model, metrics=metrics, train_seconds=seconds, steps=trainer.global_step,
                        history=protocol.history, best_step=protocol.best_step, val_losses=protocol.best_losses,
                        stopped=protocol.stopped, test_losses=test.example_losses().astype(np.float32),
-                       verdict_losses=verdict)
+                       verdict_losses=verdict, held_out_seconds=held)
 
 
 def scored(model: nn.Module, split: Any, batch_size: int, max_batches: int = 0) -> Any:

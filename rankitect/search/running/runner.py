@@ -426,7 +426,9 @@ class SearchRunner:
     def _record_verdict(self, verdict: Verdict, trials: list[Any], seconds: float) -> None:
         """``verdict.json`` in the search folder and on the search run (with the seconds the choice
         took), and the held-out NE on the runs it judged."""
-        record = {**verdict.to_dict(), "entropy": self.standings.held_entropy, "seconds": seconds}
+        scoring = sum(t.result.held_out_seconds or 0.0 for t in trials if not t.reused_from)
+        record = {**verdict.to_dict(), "entropy": self.standings.held_entropy, "seconds": seconds,
+                  "scoring_seconds": scoring, "search_seconds": self.budget.spent()}
         (self.out_dir / "verdict.json").write_text(json.dumps(record, indent=2) + "\n")
         self.tracker.log_verdict(self.state.parent_run_id, record,
                                  {t.name: t.run_id for t in trials if t.run_id is not None})

@@ -131,7 +131,8 @@ def _run_trial(
         report = ticket.reporter() if ticket is not None else None
         out = train_architecture(arch, data, cfg, report=report, deadline=deadline, on_step=on_step)
         result = TrialResult.from_metrics(out.metrics, mflops=mflops, params=params, train_seconds=out.train_seconds,
-                                          steps=out.steps, cost=cost, best_step=out.best_step, stopped=out.stopped)
+                                          steps=out.steps, cost=cost, best_step=out.best_step, stopped=out.stopped,
+                                          held_out_seconds=out.held_out_seconds)
         if weights_path is not None:
             from rankitect.track.weights import save_weights
 
