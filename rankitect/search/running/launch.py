@@ -13,6 +13,7 @@ steps in the search's progress display (a pool's workers through a steps file th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,19 @@ def worker_plan(workers: int | str, threads: int, cores: int | None = None) -> W
     if n < 1:
         raise ValueError(f"search.workers must be >= 1 or 'auto', got {workers!r}")
     return WorkerPlan(n, threads if threads > 0 else max(1, cores // n))
+
+
+def plan_workers(cfg: Config, echo: Callable[[str], None]) -> WorkerPlan:
+    """``search.workers`` and ``runtime.threads`` on this machine; one process where spawned workers
+    could not run the trials (:func:`~rankitect.search.running.trial.in_process_only`), said to ``echo``."""
+    from rankitect.search.running.trial import in_process_only
+
+    plan = worker_plan(cfg.search.workers, cfg.runtime.threads)
+    why = in_process_only() if plan.workers > 1 else None
+    if why is not None:
+        echo(f"trials run in this process, not in {plan.workers} workers: {why}")
+        plan = worker_plan(1, cfg.runtime.threads)
+    return plan
 
 
 class Launcher:

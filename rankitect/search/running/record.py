@@ -179,6 +179,20 @@ def open_parent(cfg: Config, tracker: Any, space: Any, identity: dict[str, Any],
     return SearchState(parent_run_id=parent, config=to_dict(cfg), identity=identity), owner
 
 
+def record_verdict(tracker: Any, parent_run_id: str, folder: Path, verdict: Any, trials: list[TrialRecord], *,
+                   seconds: float, entropy: float | None, search_seconds: float) -> None:
+    """The search's :class:`~rankitect.search.judging.verdict.Verdict` as ``verdict.json`` in its
+    folder and on its run, with what it cost (the final choice's ``seconds``, every trial's scoring
+    of the held-out rows) beside the search's own seconds, and the held-out NE on the runs it judged."""
+    import json
+
+    scoring = sum(t.result.held_out_seconds or 0.0 for t in trials if not t.reused_from)
+    record = {**verdict.to_dict(), "entropy": entropy, "seconds": seconds, "scoring_seconds": scoring,
+              "search_seconds": search_seconds}
+    (folder / "verdict.json").write_text(json.dumps(record, indent=2) + "\n")
+    tracker.log_verdict(parent_run_id, record, {t.name: t.run_id for t in trials if t.run_id is not None})
+
+
 def end_failed(tracker: Any, parent_run_id: str, error: BaseException) -> None:
     """End the parent run after ``error``: KILLED by a signal, else FAILED with the reason as a tag."""
     try:

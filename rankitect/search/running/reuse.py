@@ -58,16 +58,24 @@ class BaselineStore:
     Args:
         tracker: the search's :class:`~rankitect.track.Tracker`.
         folder: the search folder (downloads go to a scratch folder inside it and are removed).
+        data_identity, train, verdict_fraction: what the keys of this search's baselines hold
+            besides their genotypes (see :func:`baseline_key`).
     """
 
-    def __init__(self, tracker: Any, folder: Path) -> None:
+    def __init__(self, tracker: Any, folder: Path, *, data_identity: dict[str, Any], train: Any,
+                 verdict_fraction: float) -> None:
         self.tracker, self.folder = tracker, Path(folder)
+        self.data_identity, self.train, self.verdict_fraction = data_identity, train, verdict_fraction
 
-    def find(self, key: str, weights_path: str) -> tuple[str, TrialOutput] | None:
-        """The newest finished baseline run of ``key`` with its record, and its output as this
+    def key(self, arch: Architecture) -> str:
+        """This search's key of baseline ``arch``."""
+        return baseline_key(arch, self.data_identity, self.train, self.verdict_fraction)
+
+    def find(self, arch: Architecture, weights_path: str) -> tuple[str, TrialOutput] | None:
+        """The newest finished baseline run of ``arch``'s key with its record, and its output as this
         search's trial (its weights downloaded to ``weights_path``, where a trial leaves its own);
         ``None`` when there is none, or its record cannot be read (said in the log)."""
-        run_id = self.tracker.find_baseline(key)
+        run_id = self.tracker.find_baseline(self.key(arch))
         if run_id is None:
             return None
         scratch = self.folder / "reused"
@@ -87,9 +95,10 @@ class BaselineStore:
                           test_losses=losses["test"], verdict_losses=losses["verdict"], started=now, ended=now)
         return run_id, out
 
-    def keep(self, run_id: str, key: str, out: TrialOutput, reused_from: str | None = None) -> None:
-        """Tag the baseline run ``run_id`` with ``key`` and log what a later search reuses of it
-        (``reused_from``: the run it was itself reused from, tagged too)."""
+    def keep(self, run_id: str, arch: Architecture, out: TrialOutput, reused_from: str | None = None) -> None:
+        """Tag the run ``run_id`` of baseline ``arch`` with its key and log what a later search reuses
+        of it (``reused_from``: the run it was itself reused from, tagged too)."""
+        key = self.key(arch)
         record = {"version": RECORD_VERSION, "result": out.result.to_dict(), "history": out.history}
         losses = {split: getattr(out, f"{split}_losses") for split in LOSSES}
         try:

@@ -1,22 +1,22 @@
 """The search runner: one loop, propose -> train and score -> record, for every strategy.
 
-``SearchRunner(cfg).run()`` trains the hand-designed baselines under the search's budget, resolves
-what they decide (:mod:`rankitect.search.running.baseline_phase`), starts the strategy (a
+``SearchRunner(cfg).run()`` trains (or reuses: :mod:`~rankitect.search.running.reuse`) the
+hand-designed baselines under the search's budget, resolves what they decide
+(:mod:`~rankitect.search.running.baseline_phase`), starts the strategy (a
 :class:`~rankitect.search.base.Proposer` from the one registry; ``oneshot`` and ``dnas`` train their
 supernet here), then trains what it proposes until its budget (``search.trials``, or a supernet's
 ``top_k``) has finished, across every process sharing ``search.storage``
-(:mod:`rankitect.search.running.shared_study`), in this process or in a local pool of ``search.workers`` processes
-(``auto``: one per core, :func:`~rankitect.search.running.launch.worker_plan`)
-(:mod:`rankitect.search.running.launch`). Every finished trial is recorded at once (checkpoint, child run,
-kept weights: :mod:`rankitect.search.running.record`); ``resume(run_id)`` continues a killed search exactly
-where its checkpoint stands (see :mod:`rankitect.search.running.checkpoint`). A candidate that fails becomes
-a FAILED child run. At the end the winner and the Pareto table come from
-:mod:`rankitect.search.judging.standings`.
+(:mod:`~rankitect.search.running.shared_study`), in a pool of ``search.workers`` processes or in
+this one (:mod:`~rankitect.search.running.launch`). Every finished trial is recorded at once
+(checkpoint, child run, kept weights: :mod:`~rankitect.search.running.record`); ``resume(run_id)``
+continues a killed search exactly where its checkpoint stands. A candidate that fails becomes a
+FAILED child run. At the end the verdict, on validation rows nothing else read, chooses the winner
+(:mod:`~rankitect.search.judging.verdict`), and the Pareto table comes from
+:mod:`~rankitect.search.judging.standings`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -43,11 +43,11 @@ from rankitect.search.running.checkpoint import SearchState, check_writable, fol
 from rankitect.search.factory import check_names, objective_from_config, strategy_from_config
 from rankitect.search.running.identity import check_identity, config_identity, data_identity, search_identity
 from rankitect.search.running.kept import KeptWeights
-from rankitect.search.running.launch import Launcher, WorkerPlan, worker_plan
+from rankitect.search.running.launch import Launcher, WorkerPlan, plan_workers
 from rankitect.search.proposing.plan_proposer import PlanProposer
 from rankitect.search.running.progress import LineProgress
-from rankitect.search.running.record import Recorder, end_failed, open_parent
-from rankitect.search.running.reuse import BaselineStore, baseline_key
+from rankitect.search.running.record import Recorder, end_failed, open_parent, record_verdict
+from rankitect.search.running.reuse import BaselineStore
 from rankitect.search.judging.verdict import Verdict
 from rankitect.search.running.shared_study import SharedStudy, owner_heartbeat
 from rankitect.search.judging.standings import Standings, ExampleLosses
@@ -113,7 +113,7 @@ class SearchRunner:
         check_names(cfg.search)  # before the data set is opened (and maybe cached)
         check_paths(cfg)  # before anything is read, created or written
         self.cfg, self.echo = cfg, echo
-        self.plan: WorkerPlan = self._worker_plan()  # who trains the trials
+        self.plan: WorkerPlan = plan_workers(cfg, echo)  # who trains the trials
         self.progress = LineProgress(echo)  # see watch()
         budget_seconds = parse_duration(cfg.search.time_budget)  # config errors before any data is read
         check_warmup(cfg.train)
@@ -150,18 +150,6 @@ class SearchRunner:
                 end_failed(self.tracker, self.state.parent_run_id, e)
             raise
 
-    def _worker_plan(self) -> WorkerPlan:
-        """``search.workers`` on this machine; in this process where spawned workers could not run
-        the trials (:func:`~rankitect.search.running.trial.in_process_only`), said so."""
-        from rankitect.search.running.trial import in_process_only
-
-        plan = worker_plan(self.cfg.search.workers, self.cfg.runtime.threads)
-        why = in_process_only() if plan.workers > 1 else None
-        if why is not None:
-            self.echo(f"trials run in this process, not in {plan.workers} workers: {why}")
-            plan = worker_plan(1, self.cfg.runtime.threads)
-        return plan
-
     def _open(self, objective: Objective, budget_seconds: float | None, clock: Callable[[], float]) -> None:
         """The rest of the constructor, once the parent run exists: folder, checkpoint, recorder."""
         cfg = self.cfg
@@ -180,7 +168,9 @@ class SearchRunner:
         self.standings = Standings(objective, search.min_gain_se, ExampleLosses(self.out_dir), verdict=search.verdict,
                                    held_entropy=None if held is None else entropy(held))
         # baselines trained before on the same data, recipe and protocol (rankitect.search.running.reuse)
-        self.reuse = BaselineStore(self.tracker, self.out_dir) if search.reuse_baselines else None
+        self.reuse = None if not search.reuse_baselines else BaselineStore(
+            self.tracker, self.out_dir, data_identity=data_identity(self.data), train=self.train_cfg,
+            verdict_fraction=search.verdict.fraction)
         self.recorder = Recorder(self.state, self.path, tracker=self.tracker, space=self.space, strategy=self.strategy,
                                  shared=self.shared, weights=KeptWeights(self.tracker, self.out_dir, self.data.spec),
                                  standings=self.standings, keep_top_k=search.keep_top_k, budget=self.budget)
@@ -303,22 +293,16 @@ class SearchRunner:
                 name, arch = pending.pop(future)
                 self._record("baseline", name, arch, launcher.output(future))
 
-    def _baseline_key(self, arch: Architecture) -> str:
-        return baseline_key(arch, data_identity(self.data), self.train_cfg, self.cfg.search.verdict.fraction)
-
     def _reuse_baseline(self, name: str, arch: Architecture, launcher: Launcher) -> bool:
         """Record baseline ``name`` from a run of the same data, recipe, seed and protocol in the run
         store, where there is one (said, tagged, entered in the rung study); whether it was."""
-        if self.reuse is None:
-            return False
-        found = self.reuse.find(self._baseline_key(arch), self.recorder.weights.path(name))
+        found = None if self.reuse is None else self.reuse.find(arch, self.recorder.weights.path(name))
         if found is None:
             return False
-        run_id, out = found
-        launcher.replay(name, out)
-        self.echo(f"[baseline] {name}: reused from run {run_id} (the same data, recipe, seed and protocol; "
+        launcher.replay(name, found[1])
+        self.echo(f"[baseline] {name}: reused from run {found[0]} (the same data, recipe, seed and protocol; "
                   "search.reuse_baselines=false trains it again)")
-        self._record("baseline", name, arch, out, reused_from=run_id)
+        self._record("baseline", name, arch, found[1], reused_from=found[0])
         return True
 
     def _start_strategy(self) -> None:
@@ -383,7 +367,7 @@ class SearchRunner:
             record = self.recorder.record(kind, name, arch, out, out.started or self.progress.start_time(name),
                                           reused_from=reused_from)
             if kind == "baseline" and out.result.ok and self.reuse is not None and record.run_id:
-                self.reuse.keep(record.run_id, self._baseline_key(arch), out, reused_from=reused_from)
+                self.reuse.keep(record.run_id, arch, out, reused_from=reused_from)
             self.progress.finished(name, out.result, self.recorder.line(record, self.candidate_budget()))
             if out.traceback:
                 log.debug("trial %s failed:\n%s", name, out.traceback)
@@ -407,7 +391,9 @@ class SearchRunner:
                 within = self.standings.within_target(trials, verdict)
                 if within is not None:
                     self.echo(within)
-                self._record_verdict(verdict, trials, time.perf_counter() - started)
+                record_verdict(self.tracker, self.state.parent_run_id, self.out_dir, verdict, trials,
+                               seconds=time.perf_counter() - started, entropy=self.standings.held_entropy,
+                               search_seconds=self.budget.spent())
             table.to_csv(self.out_dir / "pareto.csv", index=False)
             if best is not None:
                 (self.out_dir / "best_genotype.json").write_text(best.to_json(indent=2) + "\n")
@@ -422,16 +408,6 @@ class SearchRunner:
             self.tracker.finish_search(self.state.parent_run_id, table, best, self.state.to_dict(),
                                        plot_title=title, floor=self.data.split("test").bayes_ne)
         return SearchOutcome(self.state.parent_run_id, table, best, self.out_dir, spent, verdict)
-
-    def _record_verdict(self, verdict: Verdict, trials: list[Any], seconds: float) -> None:
-        """``verdict.json`` in the search folder and on the search run (with the seconds the choice
-        took), and the held-out NE on the runs it judged."""
-        scoring = sum(t.result.held_out_seconds or 0.0 for t in trials if not t.reused_from)
-        record = {**verdict.to_dict(), "entropy": self.standings.held_entropy, "seconds": seconds,
-                  "scoring_seconds": scoring, "search_seconds": self.budget.spent()}
-        (self.out_dir / "verdict.json").write_text(json.dumps(record, indent=2) + "\n")
-        self.tracker.log_verdict(self.state.parent_run_id, record,
-                                 {t.name: t.run_id for t in trials if t.run_id is not None})
 
 
 def _isatty(stream: Any) -> bool:
