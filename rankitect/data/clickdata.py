@@ -10,6 +10,9 @@ Layout of a data directory::
     train/labels.npy          float32 (R,)
     train/request_ids.npy     int64 (R,); the rows of one request are contiguous
     train/probs.npy           float32 (R,), only when the true click probability is known
+    train/history_<name>.npy  int32 (R, max_len) per sequence feature: ids right-aligned (pads of 0
+                              first, the latest id last)
+    train/history_<name>_lengths.npy  int32 (R,): how many of a row's positions hold ids
     val/...  test/...
 
 :class:`ClickData` opens a finished directory and hands out its :class:`Split` s; writing one (and
@@ -60,6 +63,9 @@ class Split:
         self.labels = load_array(path / "labels.npy")
         self.request_ids = load_array(path / "request_ids.npy")
         self.probs = load_array(path / "probs.npy") if (path / "probs.npy").exists() else None
+        # name -> (ids (R, max_len), lengths (R,)) per sequence feature
+        self.history = {f.name: (load_array(path / f"history_{f.name}.npy"),
+                                 load_array(path / f"history_{f.name}_lengths.npy")) for f in spec.sequence}
         self._starts: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -94,9 +100,10 @@ class Split:
     def take(self, rows: np.ndarray | slice) -> Batch:
         """The rows ``rows`` (an index array or a slice) as one :class:`Batch`."""
         probs = None if self.probs is None else np.array(self.probs[rows])
+        history = {name: (np.array(ids[rows]), np.array(lengths[rows])) for name, (ids, lengths) in self.history.items()}
         return make_batch(
             np.array(self.dense[rows]), np.array(self.sparse[rows]), np.array(self.labels[rows]),
-            np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs,
+            np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs, history=history or None,
         )
 
     def row_order(self, seed: int | np.random.Generator | None) -> np.ndarray:
