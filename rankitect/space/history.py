@@ -77,7 +77,7 @@ class HistoryInputs(nn.Module):
         for f in self.features:
             ids, mask = batch.history_padded(f.name, f.max_len)  # (B, L) each
             seq = self.embed(f.name, ids, embedding)
-            out[history_ref(f.name)] = History(seq, mask, self.target(f.name, embedding, emb, len(batch), seq))
+            out[history_ref(f.name)] = History(seq, mask, self.target(f.name, embedding, emb, ids.shape[0], seq))
         return out
 
     def flops(self, embedding: SparseEmbedding | None) -> int:
