@@ -242,8 +242,9 @@ def _history_lines(plan: ExportPlan) -> list[str]:
 
 
 def _forward_lines(plan: ExportPlan) -> list[str]:
-    if plan.histories:
-        lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor, history: list) -> torch.Tensor:"]
+    if plan.n_sequence:  # data with histories: the scorer hands them over, read or not
+        lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor, history: list | None = None) "
+                 "-> torch.Tensor:"]
     else:
         lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor) -> torch.Tensor:"]
     if plan.embedded:

@@ -94,6 +94,12 @@ def test_an_exported_history_model_scores_raw_rows_with_the_same_logits(
     out = tmp_path / "exported"
     assert main(["export", run, "-o", str(out)]) == 0
 
+    check_raw_row_scores(out, data_csv, schema, tmp_path)
+
+
+def check_raw_row_scores(out: Path, data_csv: Path, schema: Path, tmp_path: Path) -> None:
+    """The export in ``out`` scores the raw CSV rows of the test split in a process without rankitect:
+    the reader's ids and histories, and the rankitect model's logits."""
     data = open_data(str(data_csv), schema=str(schema))
     test = data.split("test")
     batch = test.take(np.arange(len(test)))
