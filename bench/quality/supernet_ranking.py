@@ -44,10 +44,16 @@ QUICK = ["data.rows=6000", "train.max_epochs=2", "train.steps=60", "train.val_ba
 QUICK_DNAS = ["supernet.steps=40", "weights_only_steps=10", "supernet.epochs=1", "ranking.every=10"]
 
 
+HISTORY_LENGTH = 20  # ``history``: the synthetic-categorical log with histories of up to this many items
+
+
 def data_overrides(name: str) -> list[str]:
-    """The ``data.*`` overrides of a data set named on the command line."""
+    """The ``data.*`` overrides of a data set named on the command line (``history``: the
+    all-categorical log with its planted history signal, ``data.history``)."""
     if name == "adult":
         return [f"data.source={SHARED / 'adult.csv'}", f"data.schema={SHARED / 'adult.yaml'}"]
+    if name == "history":
+        return ["data.source=synthetic-categorical", f"data.history={HISTORY_LENGTH}"]
     return [f"data.source={name}"]
 
 

@@ -64,6 +64,8 @@ def _print_description(desc: dict[str, Any]) -> None:
     print(splits.to_string(float_format=lambda v: f"{v:.4f}"))
     feats = pd.DataFrame(desc["features"])
     feats["vocab_size"] = feats["vocab_size"].map(lambda v: "-" if pd.isna(v) else str(int(v)))
-    print(f"\n{desc.get('n_dense', '?')} dense and {desc.get('n_sparse', '?')} sparse features "
+    histories = sum(f["kind"] == "history" for f in desc["features"])
+    also = f" and {histories} history" if histories else ""
+    print(f"\n{desc.get('n_dense', '?')} dense and {desc.get('n_sparse', '?')} sparse features{also} "
           f"(label: {desc.get('label', '?')})")
     print(feats.to_string(index=False))
