@@ -186,3 +186,30 @@ def _rows_of(split):
     h, n = split.history["item_history"]
     return _Rows(np.zeros((len(split), 0)), np.asarray(split.sparse).astype(np.int64), np.asarray(split.request_ids),
                  np.zeros(len(split)), np.asarray(h).astype(np.int64), np.asarray(n).astype(np.int64))
+
+
+@pytest.mark.parametrize(("cell", "schema", "says", "where"), [
+    ("3|x|4", SCHEMA, "holds an id that is not an integer", "x.csv:8:"),
+    ("|".join(["1"] * (raw_bound(4) + 1)), SCHEMA, "a corrupt field", "x.csv:8:"),
+    (None, SCHEMA.replace("shares: item", "shares: itme"), "'itme' is no sparse column", "s.yaml:8:"),
+])
+def test_a_search_on_a_bad_history_exits_2_naming_file_and_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str], cell, schema,
+                                                                says: str, where: str) -> None:
+    from rankitect.cli import main
+
+    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    df = _frame()
+    df["clicks"] = df["clicks"].astype(object)
+    if cell is not None:
+        df.loc[df["session"] == 2, "clicks"] = cell
+    df.to_csv(tmp_path / "x.csv", index=False)
+    (tmp_path / "s.yaml").write_text(schema)
+    assert main(["search", f"data.source={tmp_path / 'x.csv'}", f"data.schema={tmp_path / 's.yaml'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rankitect: error: ") and where in err[0] and says in err[0], err
+    assert not (tmp_path / "mlruns").exists()  # no run opened
+    written = [p.name for p in (tmp_path / "cache").iterdir()] if (tmp_path / "cache").exists() else []
+    assert all(name.endswith(".lock") for name in written), written  # no data directory, whole or half
