@@ -71,8 +71,8 @@ def show(seeds: dict[int, list[dict[str, Any]]]) -> None:
     for seed, rows in seeds.items():
         for r in sorted(rows, key=lambda r: r["val_ne"]):
             name = f"**{r['name']}** (ref)" if r["reference"] else r["name"]
-            print(f"| {seed} | {name} | {r['role']} | {_f(r['val_ne'])} | {_f(r['test_ne'])} | {_f(r['mflops'], '.3f')} "
-                  f"| {_f(r.get('gain'))} +- {_f(r.get('se'))} | {_f(r.get('z'), '.1f')} |")
+            print(f"| {seed} | {name} | {r['role']} | {_f(r['val_ne'])} | {_f(r['test_ne'])} "
+                  f"| {_f(r['mflops'], '.3f')} | {_f(r.get('gain'))} +- {_f(r.get('se'))} | {_f(r.get('z'), '.1f')} |")
     print("\n| model | seeds | mean val NE | mean test NE | min z | mean z |")
     print("|---|---|---|---|---|---|")
     names = [*BASELINES, *HISTORY_BASELINES, "winner"]

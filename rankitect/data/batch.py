@@ -160,7 +160,9 @@ def make_batch(
     )
 
 
-def batch_history(batch: Batch, rows: slice | torch.Tensor | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def batch_history(
+    batch: Batch, rows: slice | torch.Tensor | None = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """``batch``'s histories as ``name -> (padded ids, lengths)`` (what :func:`make_batch` takes),
     of the rows ``rows`` (default all): how code that rebuilds a batch keeps its histories."""
     if batch.history is None:

@@ -100,7 +100,8 @@ class Split:
     def take(self, rows: np.ndarray | slice) -> Batch:
         """The rows ``rows`` (an index array or a slice) as one :class:`Batch`."""
         probs = None if self.probs is None else np.array(self.probs[rows])
-        history = {name: (np.array(ids[rows]), np.array(lengths[rows])) for name, (ids, lengths) in self.history.items()}
+        history = {name: (np.array(ids[rows]), np.array(lengths[rows]))
+                   for name, (ids, lengths) in self.history.items()}
         return make_batch(
             np.array(self.dense[rows]), np.array(self.sparse[rows]), np.array(self.labels[rows]),
             np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs, history=history or None,

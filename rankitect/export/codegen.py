@@ -192,7 +192,8 @@ def _init_lines(plan: ExportPlan) -> list[str]:
         ]
     own = [h for h in plan.histories if h.field is None]
     if own:
-        tables = ", ".join(f"{_render(str(h.k))}: nn.Embedding({_render(h.vocab_size)}, {_render(plan.dim)})" for h in own)
+        tables = ", ".join(f"{_render(str(h.k))}: nn.Embedding({_render(h.vocab_size)}, {_render(plan.dim)})"
+                           for h in own)
         lines += ["        # The own table of each history that shares no sparse feature's.",
                   f"        self.history_tables = nn.ModuleDict({{{tables}}})"]
     lines += ["        self.adapters = nn.ModuleList(["]
@@ -234,7 +235,8 @@ def _history_lines(plan: ExportPlan) -> list[str]:
         lines.append(f"        ids{h.k}, mask{h.k} = history[{k}]  # (B, {h.max_len}) each, right-aligned")
         if h.field is None:
             target = f"torch.zeros(ids{h.k}.shape[0], {_render(plan.dim)})"
-            lines.append(f"        h{h.k} = History(self.history_tables[{_render(str(h.k))}](ids{h.k}), mask{h.k}, {target})")
+            table = f"self.history_tables[{_render(str(h.k))}]"
+            lines.append(f"        h{h.k} = History({table}(ids{h.k}), mask{h.k}, {target})")
         else:
             f = _render(h.field)
             lines.append(f"        h{h.k} = History(self.embedding.embed({f}, ids{h.k}), mask{h.k}, emb[:, {f}])")

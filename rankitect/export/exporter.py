@@ -46,7 +46,8 @@ def convert_state_dict(model_state: Mapping[str, torch.Tensor], spec: FeatureSpe
     Only the embedding tables change name: torchrec's ``embedding.ebc.embedding_bags.t_<feature>.weight``
     becomes ``embedding.tables.<k>.weight`` with ``k`` the feature's field position (request side
     first), and a history's own ``history.tables.<name>.weight`` becomes ``history_tables.<k>.weight``
-    with ``k`` its position among the sequence features; every other key is the same in both models. Tensors are detached, contiguous CPU copies.
+    with ``k`` its position among the sequence features; every other key is the same in both models.
+    Tensors are detached, contiguous CPU copies.
 
     >>> from rankitect.space.testing import tiny_spec
     >>> state = {"embedding.ebc.embedding_bags.t_s5.weight": torch.zeros(17, 2), "head.mlp.0.bias": torch.zeros(1)}

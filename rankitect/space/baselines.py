@@ -184,7 +184,8 @@ def with_history_baselines(names: Sequence[str], spec: FeatureSpec) -> list[str]
     any other list, and any data without a history, is kept as it is.
 
     >>> from rankitect.space.testing import tiny_spec
-    >>> with_history_baselines(DEFAULT_BASELINES, tiny_spec(history=4))[-2:], with_history_baselines(["dlrm"], tiny_spec(history=4))
+    >>> spec = tiny_spec(history=4)
+    >>> with_history_baselines(DEFAULT_BASELINES, spec)[-2:], with_history_baselines(["dlrm"], spec)
     (['din', 'bst'], ['dlrm'])
     """
     if tuple(names) != DEFAULT_BASELINES or target_history(spec) is None:

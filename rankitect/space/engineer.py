@@ -17,14 +17,14 @@ One template, every part optional; it holds DLRM, DCNv2, DeepFM, AutoInt, Wukong
 
 Repairs (deterministic, in decode): ``dense.path = fields`` when nothing consumes fields (depth 0
 and readout ``flatten``) sends the dense vector to the top instead (``both`` likewise keeps only its
-top part), and the history block's output likewise.
+top part), and the history block's output likewise. The DCN input always includes the flattened
+embeddings, so its width is at least ``n_sparse * D``; ``cross.rank`` options must not exceed that
+for the data (the default menu, at most 64, fits any data with 4 or more sparse features at D = 16);
+the builder names the gene otherwise.
 
 History: built with ``history=<sequence feature>`` (the data has one), the space routes it through
 a history block (:mod:`rankitect.space.history_choices`), whose output (fields) joins the field
-stream or goes to the top; without it the space is exactly the one without histories. The DCN input always includes the flattened embeddings, so its width is at least
-``n_sparse * D``; ``cross.rank`` options must not exceed that for the data (the default menu,
-at most 64, fits any data with 4 or more sparse features at D = 16); the builder names the gene
-otherwise.
+stream or goes to the top; without it the space is exactly the one without histories.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ class HistoryInputs(nn.Module):
             return F.embedding(ids, self.tables[name].weight, sparse=True)  # (R, L, D)
         if embedding is None:
             raise ValueError(f"history {name!r} shares {f.shares!r}, but the model has no sparse embedding")
-        rows = F.embedding(ids, embedding.table(f.shares), sparse=True)  # (R, L, d): sparse gradients, as the table's own
+        # (R, L, d): sparse gradients, as the table's own
+        rows = F.embedding(ids, embedding.table(f.shares), sparse=True)
         return embedding.project(f.shares, rows)  # (R, L, d) -> (R, L, D) when the table is not D wide
 
     def feature(self, name: str) -> SequenceFeature:

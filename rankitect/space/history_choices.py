@@ -78,7 +78,8 @@ class HistoryChoices:
         if gene is None or len(gene.inputs) != 1 or history_name(gene.inputs[0]) != self.name:
             return {"history.op": "none"}
         op = next(label for label, name in HISTORY_OPS.items() if name == gene.op)
-        return {"history.op": op, **{f"history.{op}.{suffix}": gene.params[param] for suffix, param in KNOBS[op].items()}}
+        knobs = {f"history.{op}.{suffix}": gene.params[param] for suffix, param in KNOBS[op].items()}
+        return {"history.op": op, **knobs}
 
 
 __all__ = ["HISTORY_OPS", "KNOBS", "PATHS", "TARGET_OPS", "HistoryChoices"]

@@ -145,6 +145,8 @@ def shard_model(model: RankingModel, env: DistEnv, cfg: TrainConfig) -> tuple[nn
 
     if model.embedding is None:
         raise ValueError("sharding needs an architecture that reads 'sparse'; this one has no embedding tables")
+    if model.history is not None:  # a history reads its table row by row, which a sharded collection does not give
+        raise ValueError("sharding: an architecture that reads a history (a history block) is not sharded yet")
     fused = {
         "optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
         "learning_rate": cfg.lr_sparse,

@@ -172,7 +172,8 @@ def test_the_history_log_knows_its_bayes_ne_and_plants_its_signal(tmp_path: Path
         kept = [int(x) for x in h[len(h) - n:]] if n else []
         share = sum(category[x] == category[item] for x in kept) / max(n, 1)
         overlap.append(share + (item in kept))
-    logit = teacher.bias + teacher.term_scale[:4] @ teacher.terms(_rows_of(val))[:4] + teacher.term_scale[4] * np.array(overlap)
+    others = teacher.term_scale[:4] @ teacher.terms(_rows_of(val))[:4]
+    logit = teacher.bias + others + teacher.term_scale[4] * np.array(overlap)
     np.testing.assert_allclose(np.asarray(val.probs), 1 / (1 + np.exp(-logit)), rtol=1e-5, atol=1e-7)
     assert val.bayes_ne < plain.split("val").bayes_ne - 0.05  # the history carries signal
     assert (lengths == 0).any() and lengths.max() == 8
