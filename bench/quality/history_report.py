@@ -19,6 +19,7 @@ is a model using history that beats every history-free baseline by more than 3 s
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from bench.common import parse_args
 from rankitect.search.judging.selection import paired_gain
 from rankitect.search.judging.standings import ValLosses
 from rankitect.space.baselines import BASELINES, HISTORY_BASELINES
+from rankitect.space.history_choices import HISTORY_OPS as OPS
+
+HISTORY_OPS = {op for op in OPS.values() if op is not None}
 
 
 def read_seed(folder: Path) -> list[dict[str, Any]]:
@@ -39,6 +43,9 @@ def read_seed(folder: Path) -> list[dict[str, Any]]:
     if len(tables) != 1:
         raise SystemExit(f"{folder}: expected one search's pareto.csv, found {len(tables)}")
     table = pd.read_csv(tables[0]).to_dict(orient="records")
+    trials = json.loads((tables[0].parent / "state.json").read_text())["trials"]
+    reads = {t["name"]: "+".join(b["op"] for b in t["arch"]["blocks"] if b["op"] in HISTORY_OPS) or "-"
+             for t in trials}
     losses = ValLosses(tables[0].parent)
     ok = [r for r in table if r["status"] == "ok" and not pd.isna(r["val_ne"])]
     free = [r for r in ok if r["kind"] == "baseline" and r["name"] in BASELINES]
@@ -51,7 +58,7 @@ def read_seed(folder: Path) -> list[dict[str, Any]]:
         if r["kind"] == "candidate" and role != "winner":
             continue
         row = {"name": r["name"], "role": role, "val_ne": r["val_ne"], "test_ne": r["test_ne"], "mflops": r["mflops"],
-               "reference": r["name"] == ref["name"]}
+               "reference": r["name"] == ref["name"], "history": reads.get(r["name"], "?")}
         mine = losses.load(r["name"])
         if mine is not None and r["name"] != ref["name"]:
             gain, se = paired_gain(ref_losses, mine, entropy=entropy)
@@ -66,12 +73,12 @@ def _f(v: Any, spec: str = ".4f") -> str:
 
 def show(seeds: dict[int, list[dict[str, Any]]]) -> None:
     """Per seed every model's val/test NE and z against the reference; then the means over seeds."""
-    print("| seed | model | role | val NE | test NE | MFLOPs | gain over best history-free (val NE) | z |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| seed | model | role | history block | val NE | test NE | MFLOPs | gain over best history-free (val NE) | z |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for seed, rows in seeds.items():
         for r in sorted(rows, key=lambda r: r["val_ne"]):
             name = f"**{r['name']}** (ref)" if r["reference"] else r["name"]
-            print(f"| {seed} | {name} | {r['role']} | {_f(r['val_ne'])} | {_f(r['test_ne'])} "
+            print(f"| {seed} | {name} | {r['role']} | {r['history']} | {_f(r['val_ne'])} | {_f(r['test_ne'])} "
                   f"| {_f(r['mflops'], '.3f')} | {_f(r.get('gain'))} +- {_f(r.get('se'))} | {_f(r.get('z'), '.1f')} |")
     print("\n| model | seeds | mean val NE | mean test NE | min z | mean z |")
     print("|---|---|---|---|---|---|")
