@@ -46,6 +46,7 @@ class DataConfig:
     rows: int | None = None  # generated sets only; null: the generator's default (synthetic 200000, synthetic-categorical 100000)
     seed: int = 0  # generated sets only
     ctr: float | None = None  # generated sets only: their mean click rate; null: the generator's (synthetic 0.25, synthetic-categorical 0.15); e.g. 0.0064 for a rare-click log
+    history: int = 0  # synthetic-categorical only: each request's history of up to this many earlier items, clicks depending on its overlap with the candidate; 0: no history
     schema: str | None = None  # CSV / parquet only
     vocab_size: int = 100_000  # hashing buckets per categorical column (Criteo, tabular)
     cache_dir: str | None = None  # default: $RANKITECT_DATA_DIR, else ~/.cache/rankitect/data

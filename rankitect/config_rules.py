@@ -57,6 +57,7 @@ def _supernet_ranges(section: str) -> dict[str, Range]:
 # its section directly is checked against the same table (:func:`check_section`).
 RANGES: dict[str, Range] = {
     "data.rows": Range(100), "data.seed": AT_LEAST_0, "data.ctr": Range(0, 1, open_low=True), "data.vocab_size": Range(2),
+    "data.history": AT_LEAST_0,
     "train.max_epochs": AT_LEAST_1, "train.steps": AT_LEAST_1, "train.patience": AT_LEAST_0,
     "train.batch_size": AT_LEAST_1, "train.lr_dense": POSITIVE,
     "train.lr_sparse": POSITIVE, "train.weight_decay": AT_LEAST_0, "train.val_every": AT_LEAST_0,

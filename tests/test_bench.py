@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "bench").glob("*/*.py")
                  if p.name != "__init__.py")
 RUN_QUICK = ("bench.speed.block_bench", "bench.speed.data_bench", "bench.speed.rocs_bench",
-             "bench.speed.search_bench", "bench.quality.rocs_quality_bench")
+             "bench.speed.search_bench", "bench.quality.rocs_quality_bench", "bench.speed.history_rocs_bench")
 
 
 def test_the_suite_is_what_the_docs_name() -> None:

@@ -6,7 +6,8 @@
     python -m bench.quality.quality_bench --quick --out /tmp/quality    # a smoke run (a few minutes)
 
 For each data set (``adult``: ``../shared/data/adult.csv`` with its schema; ``synthetic``: the
-default source; ``synthetic-categorical``: the all-categorical log; or any ``data.source``) and
+default source; ``synthetic-categorical``: the all-categorical log; ``history``: that log with
+histories, ``data.history=20``, see :mod:`bench.quality.history_report`; or any ``data.source``) and
 seed, the default ``rankitect search --strategy dnas`` runs first, with no option but the data and
 the seed (``--seed S train.seed=S``: the baselines' training noise varies with it too); the seconds
 its search took by its own clock (``state.json``'s ``elapsed``, the clock ``search.time_budget``
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     listed: Callable[[str], list[str]] = lambda s: [x for x in s.split(",") if x]  # noqa: E731
     parser.add_argument("--data", type=listed, default=list(DATA),
-                        help="data sets: adult, synthetic, synthetic-categorical or any data.source (comma-separated)")
+                        help="data sets: adult, synthetic, synthetic-categorical, history or any data.source "
+                             "(comma-separated)")
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in listed(s)], default=[0, 1, 2])
     parser.add_argument("--strategies", type=listed, default=list(STRATEGIES),
                         help="dnas runs first whatever the order: its search time is the others' --time-budget")

@@ -44,8 +44,12 @@ QUICK = ["data.rows=6000", "train.max_epochs=2", "train.steps=60", "train.val_ba
 QUICK_DNAS = ["supernet.steps=40", "weights_only_steps=10", "supernet.epochs=1", "ranking.every=10"]
 
 
+HISTORY_LENGTH = 20  # ``history``: the synthetic-categorical log with histories of up to this many items
+
+
 def data_overrides(name: str) -> list[str]:
-    """The ``data.*`` overrides of a data set named on the command line."""
+    """The ``data.*`` overrides of a data set named on the command line (adult, one of :data:`NAMED`,
+    or a ``data.source``)."""
     if name == "adult":
         return [f"data.source={SHARED / 'adult.csv'}", f"data.schema={SHARED / 'adult.yaml'}"]
     if name in NAMED:
@@ -56,6 +60,7 @@ def data_overrides(name: str) -> list[str]:
 # Development data sets known by a name of their own (beside adult and the generators' names).
 NAMED = {
     "rare": ("data.source=synthetic", "data.ctr=0.0064", "data.rows=100000"),  # a rare-click ad log: 0.64% clicks
+    "history": ("data.source=synthetic-categorical", f"data.history={HISTORY_LENGTH}"),  # its planted history signal
 }
 
 

@@ -3,6 +3,10 @@
 Two tensor kinds flow between blocks: *field* tensors ``(B, N, D)`` and *flat* tensors ``(B, W)``.
 Every block declares the kind it takes (``in_kind``), the kind it gives (``out_kind``) and how many
 inputs it takes (``num_inputs``: 1, or 2 for ``left``/``right`` blocks such as gating and sum).
+A third kind, ``sequence``, only history blocks take: a
+:class:`~rankitect.blocks.sequence.History` (a user's item embeddings ``(B, L, D)``, their mask and
+the candidate item ``(B, D)``); its input shape is ``(max_len, dim)`` and a block that reads the
+candidate says so (``uses_target``).
 
 Construction (the only path is :func:`build_block`, used by the space, the supernet and the tests):
 
@@ -55,6 +59,7 @@ from rankitect.registry import Registry
 
 FIELD = "field"
 FLAT = "flat"
+SEQUENCE = "sequence"
 
 
 class Block(nn.Module):
@@ -65,6 +70,7 @@ class Block(nn.Module):
     num_inputs: ClassVar[int] = 1
     mixes_fields: ClassVar[bool] = True  # False for blocks where masking is meaningless
     input_gradients: ClassVar[bool] = True  # False for blocks piecewise constant in their input (buckets)
+    uses_target: ClassVar[bool] = False  # a history block that reads the candidate item (History.target)
 
     op_name: ClassVar[str] = ""  # set by :func:`register_block`
     # Gene params added after genotypes were first stored: at their default they stay out of a
@@ -194,6 +200,7 @@ __all__ = [
     "FIELD",
     "FLAT",
     "MASKING_ARGS",
+    "SEQUENCE",
     "Block",
     "block_params",
     "build_block",

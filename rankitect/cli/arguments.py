@@ -86,12 +86,16 @@ def load_arch(ref: str, spec: Any, cfg: Config | None = None) -> Any:
 
     cfg = cfg or Config()
     if ref.startswith("baseline:"):
-        from rankitect.space.baselines import BASELINES, get_baseline
+        from rankitect.space.baselines import BASELINES, HISTORY_BASELINES, get_baseline
 
         name = ref.split(":", 1)[1]
-        if name not in BASELINES:
-            raise UserError(f"--arch {ref}: unknown baseline {name!r}; known: {sorted(BASELINES)}")
-        arch = get_baseline(name, spec)
+        known = {**BASELINES, **HISTORY_BASELINES}
+        if name not in known:
+            raise UserError(f"--arch {ref}: unknown baseline {name!r}; known: {sorted(known)}")
+        try:
+            arch = get_baseline(name, spec)
+        except ValueError as err:  # din or bst on data without a history
+            raise UserError(f"--arch {ref}: {err}") from None
         check_fits(arch, spec, cfg.runtime.memory_budget, cfg.train.batch_size, where=f"--arch {ref}: ")
         return arch
     path = Path(ref)

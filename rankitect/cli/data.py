@@ -27,12 +27,17 @@ def add_commands(sub: Any) -> None:
 
 
 def cmd_data_synth(args: argparse.Namespace, cfg: Config) -> int:
+    from rankitect.errors import ConfigError
     from rankitect.data import describe, generate_synthetic
     from rankitect.data.synthetic_categorical import SOURCE, generate_categorical
 
     generate = generate_categorical if cfg.data.source == SOURCE else generate_synthetic
     out = args.output or f"data/{cfg.data.source if cfg.data.source == SOURCE else 'synthetic'}"
     given = {"rows": cfg.data.rows, "ctr": cfg.data.ctr}
+    if cfg.data.history:
+        if generate is not generate_categorical:
+            raise ConfigError(f"config key 'data.history': {cfg.data.history} applies to {SOURCE} only")
+        given["history"] = cfg.data.history
     data = generate(out, **{k: v for k, v in given.items() if v is not None}, seed=cfg.data.seed,
                     progress=True)  # None: the generator's default
     _print_description(describe(data))
@@ -59,6 +64,8 @@ def _print_description(desc: dict[str, Any]) -> None:
     print(splits.to_string(float_format=lambda v: f"{v:.4f}"))
     feats = pd.DataFrame(desc["features"])
     feats["vocab_size"] = feats["vocab_size"].map(lambda v: "-" if pd.isna(v) else str(int(v)))
-    print(f"\n{desc.get('n_dense', '?')} dense and {desc.get('n_sparse', '?')} sparse features "
+    histories = sum(f["kind"] == "history" for f in desc["features"])
+    also = f" and {histories} history" if histories else ""
+    print(f"\n{desc.get('n_dense', '?')} dense and {desc.get('n_sparse', '?')} sparse features{also} "
           f"(label: {desc.get('label', '?')})")
     print(feats.to_string(index=False))

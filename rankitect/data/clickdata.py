@@ -10,6 +10,9 @@ Layout of a data directory::
     train/labels.npy          float32 (R,)
     train/request_ids.npy     int64 (R,); the rows of one request are contiguous
     train/probs.npy           float32 (R,), only when the true click probability is known
+    train/history_<name>.npy  int32 (R, max_len) per sequence feature: ids right-aligned (pads of 0
+                              first, the latest id last)
+    train/history_<name>_lengths.npy  int32 (R,): how many of a row's positions hold ids
     val/...  test/...
 
 :class:`ClickData` opens a finished directory and hands out its :class:`Split` s; writing one (and
@@ -105,6 +108,9 @@ class Split:
         self.labels = load_array(path / "labels.npy")
         self.request_ids = load_array(path / "request_ids.npy")
         self.probs = load_array(path / "probs.npy") if (path / "probs.npy").exists() else None
+        # name -> (ids (R, max_len), lengths (R,)) per sequence feature
+        self.history = {f.name: (load_array(path / f"history_{f.name}.npy"),
+                                 load_array(path / f"history_{f.name}_lengths.npy")) for f in spec.sequence}
         self._starts: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -151,9 +157,11 @@ class Split:
         rows = np.asarray(rows, dtype=np.int64)
         part = object.__new__(type(self))
         part.__dict__.update(self.__dict__)
-        for key, value in self.__dict__.items():  # every per-row array of this split
-            if isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == len(self):
-                setattr(part, key, np.asarray(value[rows]))
+        for key in ARRAYS:
+            value = getattr(self, key)
+            setattr(part, key, None if value is None else np.asarray(value[rows]))
+        part.history = {name: (np.asarray(ids[rows]), np.asarray(lengths[rows]))  # each sequence feature's rows
+                        for name, (ids, lengths) in self.history.items()}
         part.name, part._starts = name, None
         part.stats = split_stats(part.labels, part.request_ids, part.probs)
         return part
@@ -161,9 +169,11 @@ class Split:
     def take(self, rows: np.ndarray | slice) -> Batch:
         """The rows ``rows`` (an index array or a slice) as one :class:`Batch`."""
         probs = None if self.probs is None else np.array(self.probs[rows])
+        history = {name: (np.array(ids[rows]), np.array(lengths[rows]))
+                   for name, (ids, lengths) in self.history.items()}
         return make_batch(
             np.array(self.dense[rows]), np.array(self.sparse[rows]), np.array(self.labels[rows]),
-            np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs,
+            np.array(self.request_ids[rows]), keys=self.spec.sparse_names, probs=probs, history=history or None,
         )
 
     def row_order(self, seed: int | np.random.Generator | None) -> np.ndarray:

@@ -33,6 +33,7 @@ class DataOptions(Protocol):
     rows: int | None
     seed: int
     ctr: float | None
+    history: int
     schema: str | None
     vocab_size: int
     cache_dir: str | None
@@ -45,14 +46,15 @@ NEEDED_SPLITS = ("train", "val")
 def open_data(
     source: str = "synthetic", options: DataOptions | None = None, *, rows: int | None = None,
     seed: int | None = None, ctr: float | None = None, schema: str | Path | None = None, vocab_size: int | None = None,
-    cache_dir: str | Path | None = None, progress: bool = False,
+    cache_dir: str | Path | None = None, progress: bool = False, history: int | None = None,
 ) -> ClickData:
     """Open (building and caching on first use) the data set named by ``source``.
 
     Keyword arguments win over ``options``; ``rows``, ``seed`` and ``ctr`` (the mean click rate)
     apply to the generated sets (:data:`GENERATED`) only (``None``: each generator's own default),
     ``schema`` to tabular files, ``vocab_size`` to Criteo files (a tabular file takes its own from
-    the schema). ``cache_dir`` is the cache root (default: ``$RANKITECT_DATA_DIR`` or
+    the schema), ``history`` (the longest history of a request, 0: none) to ``synthetic-categorical``
+    only. ``cache_dir`` is the cache root (default: ``$RANKITECT_DATA_DIR`` or
     ``~/.cache/rankitect/data``).
 
     A data set whose train or validation split is empty is refused (a :class:`DataError` naming
@@ -61,7 +63,7 @@ def open_data(
     (:func:`require_labels`).
     """
     data = _open(source, options, rows=rows, seed=seed, ctr=ctr, schema=schema, vocab_size=vocab_size, cache_dir=cache_dir,
-                 progress=progress)
+                 progress=progress, history=history)
     return require_labels(require_splits(data, source), source)
 
 
@@ -97,11 +99,14 @@ def require_labels(data: ClickData, source: str | Path) -> ClickData:
 def _open(
     source: str, options: DataOptions | None, *, rows: int | None, seed: int | None, ctr: float | None,
     schema: str | Path | None,
-    vocab_size: int | None, cache_dir: str | Path | None, progress: bool,
+    vocab_size: int | None, cache_dir: str | Path | None, progress: bool, history: int | None = None,
 ) -> ClickData:
     pick = lambda given, name: given if given is not None else getattr(options, name, None)  # noqa: E731
     rows, seed, schema = pick(rows, "rows"), pick(seed, "seed"), pick(schema, "schema")
-    ctr = pick(ctr, "ctr")
+    ctr, history = pick(ctr, "ctr"), pick(history, "history") or 0
+    if history and source != "synthetic-categorical":
+        raise DataError(f"data.history={history} applies to the synthetic-categorical source only (a file names its "
+                        "history columns in its schema)", path=str(source))
     vocab_size, cache_dir = pick(vocab_size, "vocab_size"), pick(cache_dir, "cache_dir")
     if source == "synthetic":
         from rankitect.data.synthetic import DEFAULT_ROWS, TARGET_CTR, ensure_default_data
@@ -115,7 +120,7 @@ def _open(
 
         return ensure_categorical_data(rows=CATEGORICAL_ROWS if rows is None else rows, seed=seed or 0,
                                        cache_dir=cache_dir, progress=progress,
-                                       ctr=CATEGORICAL_CTR if ctr is None else ctr)
+                                       ctr=CATEGORICAL_CTR if ctr is None else ctr, history=history)
     path = Path(source).expanduser()
     if path.is_dir():
         if not is_data_dir(path):
@@ -160,6 +165,8 @@ def describe(data: ClickData) -> dict[str, Any]:
     splits = {s: {k: data.meta["splits"][s][k] for k in ("rows", "requests", "ctr", "bayes_ne")} for s in SPLITS}
     feats = [{"name": f.name, "kind": "dense", "side": f.side, "vocab_size": None} for f in data.spec.dense]
     feats += [{"name": f.name, "kind": "sparse", "side": f.side, "vocab_size": f.vocab_size} for f in data.spec.sparse]
+    feats += [{"name": f.name, "kind": "history", "side": f.side, "vocab_size": f.vocab_size, "max_len": f.max_len,
+               "shares": f.shares} for f in data.spec.sequence]
     return {
         "name": data.meta.get("name", data.spec.name), "source": data.source, "path": str(data.path),
         "rows": sum(v["rows"] for v in splits.values()), "splits": splits,

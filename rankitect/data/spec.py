@@ -63,6 +63,42 @@ class SparseFeature:
 
 
 @dataclass(frozen=True)
+class SequenceFeature:
+    """A history column: per row, the ids of the user's earlier items, latest last.
+
+    ``max_len`` is the number of ids a model reads (the latest ``max_len``; a longer history is
+    truncated when the data set is written). Ids are in ``[0, vocab_size)``, 0 reserved for
+    missing, as for a sparse feature. ``shares`` names the sparse feature whose vocabulary (in the
+    data) and embedding table (in a model) the history uses: a history of items shares the
+    candidate item's, so the same item has one id and one embedding in both; its ``vocab_size``
+    is then that feature's (:class:`FeatureSpec` checks it). A history is the user's, so it is on
+    the request side: one history per request, the same for all its candidates.
+
+    >>> SequenceFeature("clicks", 20, 100, shares="item").max_len
+    20
+    """
+
+    name: str
+    max_len: int
+    vocab_size: int
+    shares: str | None = None
+    side: Side = "request"
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if isinstance(self.max_len, bool) or not isinstance(self.max_len, int) or self.max_len < 1:
+            raise ValueError(f"sequence feature {self.name!r}: max_len must be an int >= 1, got {self.max_len!r}")
+        if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 2:
+            raise ValueError(f"sequence feature {self.name!r}: vocab_size must be an int >= 2, got {self.vocab_size!r}")
+        if self.shares is not None and not isinstance(self.shares, str):
+            raise ValueError(f"sequence feature {self.name!r}: shares must be a sparse feature's name or None, "
+                             f"got {self.shares!r}")
+        if self.side != "request":
+            raise ValueError(f"sequence feature {self.name!r}: a history is request side (the user's), "
+                             f"got side {self.side!r}")
+
+
+@dataclass(frozen=True)
 class FeatureSpec:
     """Dense and sparse features of a data set, in storage order, plus the label name.
 
@@ -82,12 +118,27 @@ class FeatureSpec:
     label: str = "label"
     name: str = "data"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    sequence: tuple[SequenceFeature, ...] = ()
 
     def __post_init__(self) -> None:
-        names = [f.name for f in self.dense] + [f.name for f in self.sparse] + [self.label]
+        object.__setattr__(self, "sequence", tuple(self.sequence))
+        names = [f.name for f in self.dense] + [f.name for f in self.sparse] + [f.name for f in self.sequence]
+        names.append(self.label)
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"feature spec: duplicate column names {dupes}")
+        sparse = {f.name: f for f in self.sparse}
+        for f in self.sequence:
+            if not isinstance(f, SequenceFeature):
+                raise ValueError(f"feature spec: sequence entries must be SequenceFeatures, got {f!r}")
+            if f.shares is None:
+                continue
+            if f.shares not in sparse:
+                raise ValueError(f"sequence feature {f.name!r}: shares {f.shares!r}, which is no sparse feature "
+                                 f"(sparse: {sorted(sparse)})")
+            if sparse[f.shares].vocab_size != f.vocab_size:
+                raise ValueError(f"sequence feature {f.name!r}: vocab_size {f.vocab_size} differs from the "
+                                 f"{sparse[f.shares].vocab_size} of {f.shares!r}, whose vocabulary it shares")
 
     @property
     def n_dense(self) -> int:
@@ -96,6 +147,17 @@ class FeatureSpec:
     @property
     def n_sparse(self) -> int:
         return len(self.sparse)
+
+    @property
+    def n_sequence(self) -> int:
+        return len(self.sequence)
+
+    def sequence_feature(self, name: str) -> SequenceFeature:
+        """The sequence feature ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+        for f in self.sequence:
+            if f.name == name:
+                return f
+        raise ValueError(f"feature spec: no sequence feature {name!r}; known: {[f.name for f in self.sequence]}")
 
     @property
     def sparse_names(self) -> list[str]:
@@ -141,17 +203,22 @@ class FeatureSpec:
         return self.with_dense_stats([f.mean for f in other.dense], [f.std for f in other.dense])
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The spec as JSON data; ``sequence`` appears only when there is one (a spec without history
+        columns keeps the dict, digests and cache keys it always had)."""
+        d = {
             "name": self.name,
             "label": self.label,
             "dense": [asdict(f) for f in self.dense],
             "sparse": [asdict(f) for f in self.sparse],
             "extra": dict(self.extra),
         }
+        if self.sequence:
+            d["sequence"] = [asdict(f) for f in self.sequence]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FeatureSpec:
-        unknown = set(d) - {"name", "label", "dense", "sparse", "extra"}
+        unknown = set(d) - {"name", "label", "dense", "sparse", "extra", "sequence"}
         if unknown:
             raise ValueError(f"feature spec: unknown keys {sorted(unknown)}")
         return cls(
@@ -160,6 +227,7 @@ class FeatureSpec:
             label=d.get("label", "label"),
             name=d.get("name", "data"),
             extra=dict(d.get("extra", {})),
+            sequence=tuple(SequenceFeature(**f) for f in d.get("sequence", [])),
         )
 
     def save(self, path: str | Path) -> None:

@@ -82,6 +82,9 @@ class StoreWriter:
                       "labels": ((n,), np.float32), "request_ids": ((n,), np.int64)}
             if with_probs:
                 shapes["probs"] = ((n,), np.float32)
+            for f in spec.sequence:  # right-aligned ids and their count per row
+                shapes[f"history_{f.name}"] = ((n, f.max_len), np.int32 if f.vocab_size <= 2**31 - 1 else np.int64)
+                shapes[f"history_{f.name}_lengths"] = ((n,), np.int32)
             self.arrays[s] = {k: np.lib.format.open_memmap(self.tmp / s / f"{k}.npy", mode="w+", dtype=dt, shape=sh)
                               for k, (sh, dt) in shapes.items()}
         self.cursor = dict.fromkeys(SPLITS, 0)
@@ -96,9 +99,11 @@ class StoreWriter:
 
     def write(
         self, split: str, dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray, request_ids: np.ndarray,
-        probs: np.ndarray | None = None,
+        probs: np.ndarray | None = None, history: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
-        """Append rows ``(dense (n, n_dense), sparse (n, n_sparse), labels (n,), request_ids (n,))``."""
+        """Append rows ``(dense (n, n_dense), sparse (n, n_sparse), labels (n,), request_ids (n,))``;
+        ``history`` maps every sequence feature of the spec to ``(ids (n, max_len), lengths (n,))``,
+        ids right-aligned (pads of 0 first, the latest id last)."""
         n, arrs = len(labels), self.arrays[split]
         i = self.cursor[split]
         if i + n > self.expected[split]:
@@ -116,18 +121,48 @@ class StoreWriter:
         arrs["request_ids"][i:i + n] = request_ids
         if probs is not None:
             arrs["probs"][i:i + n] = probs
+        for name, (ids, lengths) in self._checked_history(split, n, history).items():
+            arrs[f"history_{name}"][i:i + n] = ids
+            arrs[f"history_{name}_lengths"][i:i + n] = lengths
         self.cursor[split] = i + n
         self.stats[split].update(np.asarray(labels, np.float64), np.asarray(request_ids), probs)
+
+    def _checked_history(
+        self, split: str, n: int, history: Mapping[str, tuple[np.ndarray, np.ndarray]] | None
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``history`` checked against the spec's sequence features (every one given, shapes, ids in
+        the vocabulary, lengths within ``max_len``, positions before a row's ids all 0)."""
+        history = dict(history or {})
+        names = [f.name for f in self.spec.sequence]
+        if sorted(history) != sorted(names):
+            raise ValueError(f"split {split!r}: histories {sorted(history)} given, the spec has {sorted(names)}")
+        out = {}
+        for f in self.spec.sequence:
+            ids, lengths = np.asarray(history[f.name][0]), np.asarray(history[f.name][1])
+            if ids.shape != (n, f.max_len) or lengths.shape != (n,):
+                raise ValueError(f"split {split!r}: history {f.name!r} must be ids ({n}, {f.max_len}) and lengths "
+                                 f"({n},), got {ids.shape} and {lengths.shape}")
+            if n and (((ids < 0) | (ids >= f.vocab_size)).any() or ((lengths < 0) | (lengths > f.max_len)).any()):
+                raise ValueError(f"split {split!r}: history {f.name!r}: ids outside [0, {f.vocab_size}) or lengths "
+                                 f"outside [0, {f.max_len}]")
+            pads = np.arange(f.max_len) < (f.max_len - lengths)[:, None]  # (n, L): the positions before the ids
+            if n and ids[pads].any():
+                raise ValueError(f"split {split!r}: history {f.name!r}: ids must be right-aligned (pads of 0 first)")
+            out[f.name] = (ids, lengths)
+        return out
 
     def write_routed(
         self, codes: np.ndarray, dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray,
         request_ids: np.ndarray, probs: np.ndarray | None = None,
+        history: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
         """Append rows to the split named by ``codes`` (0 train, 1 val, 2 test) row by row."""
         for k, s in enumerate(SPLITS):
             m = codes == k
             if m.any():
-                self.write(s, dense[m], sparse[m], labels[m], request_ids[m], None if probs is None else probs[m])
+                part = None if history is None else {name: (ids[m], n[m]) for name, (ids, n) in history.items()}
+                self.write(s, dense[m], sparse[m], labels[m], request_ids[m], None if probs is None else probs[m],
+                           part)
 
     def close(self, meta: Mapping[str, Any]) -> ClickData:
         """Finish: check sizes, write spec and meta (``meta`` plus computed split stats), move into place."""

@@ -61,12 +61,22 @@ _CALIBRATION_ROWS = 32_768
 
 @dataclass
 class _Rows:
-    """Features of a run of rows before labelling: dense (n, 13), ids (n, 26), uniforms (n,)."""
+    """Features of a run of rows before labelling: dense (n, 13), ids (n, 26), uniforms (n,), and a
+    generator's history, right-aligned ids (n, max_len) and lengths (n,), when it draws one."""
 
     dense: np.ndarray
     ids: np.ndarray
     request_ids: np.ndarray
     label_u: np.ndarray
+    history: np.ndarray | None = None
+    history_len: np.ndarray | None = None
+
+    def head(self, n: int) -> _Rows:
+        """The first ``n`` rows."""
+        return _Rows(*(None if v is None else v[:n] for v in self._values()))
+
+    def _values(self) -> list[np.ndarray | None]:
+        return [self.dense, self.ids, self.request_ids, self.label_u, self.history, self.history_len]
 
 
 class Teacher:
@@ -277,14 +287,15 @@ def write_teacher_rows(
     """Draw ``rows`` rows from ``teacher`` (its ``draw_block(rng, sizes, first_request)``), label
     each with a coin of probability ``probs(chunk)``, route whole requests to their split and write
     the store, true probabilities included; ``stream`` keeps generators' random draws apart."""
-    name = meta["name"]
-    with StoreWriter(out_dir, teacher.spec(), _split_rows(rows, seed, fractions), with_probs=True) as w, \
+    name, spec = meta["name"], teacher.spec()
+    with StoreWriter(out_dir, spec, _split_rows(rows, seed, fractions), with_probs=True) as w, \
             tqdm(total=rows, unit="row", disable=not progress, desc=name) as bar:
         for chunk in _chunks(teacher, rows, seed, chunk_rows, stream):
             p = probs(chunk)
             labels = (chunk.label_u < p).astype(np.float32)
             codes = request_splits(chunk.request_ids, fractions, seed)
-            w.write_routed(codes, chunk.dense, chunk.ids, labels, chunk.request_ids, p.astype(np.float32))
+            history = {spec.sequence[0].name: (chunk.history, chunk.history_len)} if chunk.history is not None else None
+            w.write_routed(codes, chunk.dense, chunk.ids, labels, chunk.request_ids, p.astype(np.float32), history)
             bar.update(len(labels))
         return w.close(meta)
 
@@ -294,8 +305,7 @@ def _chunks(teacher: Any, rows: int, seed: int, chunk_rows: int, stream: int) ->
     parts: list[_Rows] = []
     for block, first, full, sizes in request_blocks(rows, seed):
         rows_of_block = teacher.draw_block(np.random.default_rng([seed, stream, block]), full, first)
-        n = int(sizes.sum())
-        parts.append(_Rows(*(getattr(rows_of_block, k)[:n] for k in ("dense", "ids", "request_ids", "label_u"))))
+        parts.append(rows_of_block.head(int(sizes.sum())))
         if sum(len(p.label_u) for p in parts) >= chunk_rows:
             yield _concat(parts)
             parts = []
@@ -304,7 +314,8 @@ def _chunks(teacher: Any, rows: int, seed: int, chunk_rows: int, stream: int) ->
 
 
 def _concat(parts: list[_Rows]) -> _Rows:
-    return _Rows(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("dense", "ids", "request_ids", "label_u")))
+    columns = zip(*(p._values() for p in parts))
+    return _Rows(*(None if c[0] is None else np.concatenate(c) for c in columns))
 
 
 def _params(rows: int, seed: int, fractions: Sequence[float], ctr: float) -> dict:

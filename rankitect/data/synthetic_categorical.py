@@ -27,6 +27,11 @@ Shape of the data (all of it a function of ``seed``; ``rows`` only says how much
   :data:`CROSS_DENSITY` fraction of its cells and 0 elsewhere. Each term is standardized on a
   calibration sample, the weights ``a`` set the logit's spread, and ``bias`` is solved for the
   mean CTR :data:`TARGET_CTR`. Labels are Bernoulli draws; ``probs`` are stored.
+* ``history`` (``data.history``, 0 = none): each request also gets a history of up to ``history``
+  earlier items (``item_history``, sharing ``item_id``'s vocabulary), drawn from a per-request
+  session interest that no other feature carries, and the teacher a fifth term, the overlap of
+  the candidate with that history (:mod:`rankitect.data.synthetic_history`). Without it the log
+  is exactly the one written before the option existed.
 
 Determinism: the teacher comes from ``default_rng([seed, 10])``; request sizes are those of the
 default synthetic set (``[seed, 3, block]``) and features are drawn per block of requests from
@@ -41,12 +46,13 @@ from pathlib import Path
 import numpy as np
 
 from rankitect.data.hashing import DEFAULT_FRACTIONS, check_fractions
-from rankitect.data.spec import FeatureSpec, SparseFeature
+from rankitect.data.spec import FeatureSpec, SequenceFeature, SparseFeature
 from rankitect.data.clickdata import ClickData
 from rankitect.data.store import cached, data_cache_root
 from rankitect.data.synthetic import (
     _calibration_sizes, _Rows, _solve_bias, check_ctr, check_generation, ctr_key, write_teacher_rows,
 )
+from rankitect.data.synthetic_history import HISTORY_WEIGHT, SessionHistory
 
 SOURCE = "synthetic-categorical"
 GENERATOR_VERSION = 1  # part of every cache key: bump when the distribution changes
@@ -70,6 +76,7 @@ TARGET_CTR = 0.15
 # Weights of the standardized teacher terms: first order, user x item, attribute pairs, crosses.
 TERM_WEIGHTS = np.array([0.8, 0.7, 0.6, 0.6])
 _CALIBRATION_ROWS = 32_768
+HISTORY_NAME = "item_history"
 
 
 class CategoricalTeacher:
@@ -79,10 +86,10 @@ class CategoricalTeacher:
     (per-id weights of field ``f``, ``(vocab,)``), ``user_factors`` ``(USERS + 1, 8)``,
     ``item_factors`` ``(ITEMS + 1, 8)``, ``pair_factors[k]`` (two tables ``(vocab, 4)`` for
     ``ATTRIBUTE_PAIRS[k]``), ``crosses[k]`` (a table indexed by the ids of ``CROSSES[k]``),
-    ``term_scale`` ``(4,)`` and ``bias``.
+    ``term_scale`` ``(4,)`` (``(5,)`` with a history) and ``bias``.
     """
 
-    def __init__(self, seed: int, ctr: float = TARGET_CTR) -> None:
+    def __init__(self, seed: int, ctr: float = TARGET_CTR, history: int = 0) -> None:
         rng = np.random.default_rng([seed, 10])
         self.vocab = np.array([n + 1 for _, _, n in FIELDS])
         self.user_cdf, self.item_cdf = _zipf_cdf(USERS, USER_ZIPF), _zipf_cdf(ITEMS, ITEM_ZIPF)
@@ -97,11 +104,14 @@ class CategoricalTeacher:
         self.user_factors, self.item_factors = self._table(rng, USER, FACTOR_DIM), self._table(rng, ITEM, FACTOR_DIM)
         self.pair_factors = [(self._table(rng, a, PAIR_DIM), self._table(rng, b, PAIR_DIM)) for a, b in ATTRIBUTE_PAIRS]
         self.crosses = [_sparse_cross(rng, tuple(int(self.vocab[f]) for f in fields)) for fields in CROSSES]
+        self.session = (SessionHistory(check_history(history), self.catalog[CATEGORY], self.item_cdf, self.item_of_rank)
+                        if history else None)
         cal = self.draw_block(np.random.default_rng([seed, 12]), _calibration_sizes(seed), 0)
-        terms = self.terms(cal.ids)  # (4, n)
-        self.term_scale = TERM_WEIGHTS / (terms.std(axis=1) + 1e-12)
+        terms = self.terms(cal)  # (4, n), (5, n) with a history
+        weights = TERM_WEIGHTS if self.session is None else np.append(TERM_WEIGHTS, HISTORY_WEIGHT)
+        self.term_scale = weights / (terms.std(axis=1) + 1e-12)
         self.bias = 0.0
-        self.bias = _solve_bias(self.logit(cal.ids), check_ctr(ctr))
+        self.bias = _solve_bias(self.logit(cal), check_ctr(ctr))
 
     def _table(self, rng: np.random.Generator, f: int, dim: int) -> np.ndarray:
         """Per-id weights ``(vocab, dim)``, N(0, 1); user and item ids shrunk by ``min(1, TAIL_RANK / rank)``.
@@ -120,8 +130,10 @@ class CategoricalTeacher:
         return table
 
     def spec(self) -> FeatureSpec:
+        sequence = () if self.session is None else (
+            SequenceFeature(HISTORY_NAME, self.session.max_len, ITEMS + 1, shares=FIELDS[ITEM][0]),)
         return FeatureSpec(dense=(), sparse=tuple(SparseFeature(name, n + 1, side) for name, side, n in FIELDS),
-                           name=SOURCE)
+                           name=SOURCE, sequence=sequence)
 
     def draw_block(self, rng: np.random.Generator, sizes: np.ndarray, first_request: int) -> _Rows:
         """Features of requests with ``sizes`` candidates each; request side drawn once per request."""
@@ -140,21 +152,32 @@ class CategoricalTeacher:
         for f, table in self.catalog.items():
             ids[:, f] = table[items]
         request_ids = np.repeat(np.arange(first_request, first_request + n_req, dtype=np.int64), sizes)
-        return _Rows(np.zeros((n, 0), np.float32), ids, request_ids, rng.random(n))
+        rows = _Rows(np.zeros((n, 0), np.float32), ids, request_ids, rng.random(n))
+        if self.session is not None:  # drawn after everything else: without a history the draws are the old ones
+            rows.history, rows.history_len, items = self.session.draw(rng, sizes, ids[:, ITEM])
+            ids[:, ITEM] = items
+            for f, table in self.catalog.items():
+                ids[:, f] = table[items]
+        return rows
 
-    def terms(self, ids: np.ndarray) -> np.ndarray:
-        """The four raw teacher terms, ``(4, n)``, from ids ``(n, fields)`` (see the module docstring)."""
+    def terms(self, rows: _Rows) -> np.ndarray:
+        """The raw teacher terms of ``rows`` (see the module docstring): ``(4, n)`` from the ids
+        ``(n, fields)``, plus the history's overlap with the candidate, ``(5, n)``, with a history."""
+        ids = rows.ids
         first = sum(self.first[f][ids[:, f]] for f in range(len(FIELDS)))
         factors = (self.user_factors[ids[:, USER]] * self.item_factors[ids[:, ITEM]]).sum(1)
         pairs = sum((p[ids[:, a]] * q[ids[:, b]]).sum(1) for (a, b), (p, q) in zip(ATTRIBUTE_PAIRS, self.pair_factors))
         crosses = sum(table[tuple(ids[:, f] for f in fields)] for fields, table in zip(CROSSES, self.crosses))
-        return np.stack([first, factors, pairs, crosses])
+        if self.session is None:
+            return np.stack([first, factors, pairs, crosses])
+        overlap = self.session.overlap(ids[:, ITEM], rows.history, rows.history_len)
+        return np.stack([first, factors, pairs, crosses, overlap])
 
-    def logit(self, ids: np.ndarray) -> np.ndarray:
-        return self.bias + self.term_scale @ self.terms(ids)  # (4,) @ (4, n) -> (n,)
+    def logit(self, rows: _Rows) -> np.ndarray:
+        return self.bias + self.term_scale @ self.terms(rows)  # (4,) @ (4, n) -> (n,) (5 terms with a history)
 
-    def probs(self, ids: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-self.logit(ids)))
+    def probs(self, rows: _Rows) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.logit(rows)))
 
 
 def _zipf_cdf(n: int, a: float) -> np.ndarray:
@@ -178,50 +201,69 @@ def _sparse_cross(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
     return rng.standard_normal(shape) * (rng.random(shape) < CROSS_DENSITY)
 
 
+def check_history(history: object) -> int:
+    """A history length: an int >= 0 (0: no history).
+
+    >>> check_history(20)
+    20
+    """
+    if isinstance(history, bool) or not isinstance(history, int) or history < 0:
+        raise ValueError(f"history must be an int >= 0 (the longest history; 0: none), got {history!r}")
+    return history
+
+
 def generate_categorical(
     out_dir: str | Path, *, rows: int = DEFAULT_ROWS, seed: int = 0, chunk_rows: int = 65536,
     progress: bool = False, fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
+    history: int = 0,
 ) -> ClickData:
     """Generate the all-categorical set into ``out_dir`` (replacing one there) and open it.
 
     Splits are by request (hash of the request id, ``fractions`` train/val/test); ``ctr`` is the
-    mean click rate the teacher's bias is solved for.
+    mean click rate the teacher's bias is solved for; ``history`` the longest history (0: none).
     """
     fractions = check_generation(rows, chunk_rows, fractions)
-    teacher = CategoricalTeacher(seed, ctr)
-    params = _params(rows, seed, fractions, ctr)
+    teacher = CategoricalTeacher(seed, ctr, check_history(history))
+    params = _params(rows, seed, fractions, ctr, history)
+    weights = TERM_WEIGHTS.tolist() + ([HISTORY_WEIGHT] if history else [])
     meta = {"source": SOURCE, "name": SOURCE, "params": params, "cache_key": _cache_key(params),
-            "teacher": {"target_ctr": ctr, "term_weights": TERM_WEIGHTS.tolist(), "bias": teacher.bias,
+            "teacher": {"target_ctr": ctr, "term_weights": weights, "bias": teacher.bias,
                         "attribute_pairs": [list(p) for p in ATTRIBUTE_PAIRS], "crosses": [list(c) for c in CROSSES]}}
-    return write_teacher_rows(out_dir, teacher, meta, lambda c: teacher.probs(c.ids), rows=rows, seed=seed,
+    return write_teacher_rows(out_dir, teacher, meta, teacher.probs, rows=rows, seed=seed,
                               fractions=fractions, chunk_rows=chunk_rows, progress=progress, stream=11)
 
 
-def _params(rows: int, seed: int, fractions: Sequence[float], ctr: float = TARGET_CTR) -> dict:
+def _params(rows: int, seed: int, fractions: Sequence[float], ctr: float = TARGET_CTR, history: int = 0) -> dict:
     params = {"rows": rows, "seed": seed, "fractions": list(check_fractions(fractions)),
               "generator_version": GENERATOR_VERSION}
-    return params if ctr == TARGET_CTR else {**params, "ctr": check_ctr(ctr)}
+    if ctr != TARGET_CTR:
+        params["ctr"] = check_ctr(ctr)
+    if check_history(history):  # only when set: the parameters (and keys) of older sets stay as they were
+        params["history"] = history
+    return params
 
 
 def _cache_key(params: dict) -> str:
     fr = "-".join(f"{f:g}" for f in params["fractions"])
     ctr = ctr_key(params.get("ctr", TARGET_CTR), TARGET_CTR)
-    return f"{SOURCE}-v{params['generator_version']}-r{params['rows']}-s{params['seed']}-f{fr}{ctr}"
+    history = f"-h{params['history']}" if params.get("history") else ""
+    return f"{SOURCE}-v{params['generator_version']}-r{params['rows']}-s{params['seed']}-f{fr}{ctr}{history}"
 
 
 def categorical_data_dir(
     *, rows: int = DEFAULT_ROWS, seed: int = 0, cache_dir: str | Path | None = None,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR, history: int = 0,
 ) -> Path:
     """Where :func:`ensure_categorical_data` keeps the set of these parameters (no I/O)."""
-    return data_cache_root(cache_dir) / _cache_key(_params(rows, seed, fractions, ctr))
+    return data_cache_root(cache_dir) / _cache_key(_params(rows, seed, fractions, ctr, history))
 
 
 def ensure_categorical_data(
     *, rows: int = DEFAULT_ROWS, seed: int = 0, cache_dir: str | Path | None = None, progress: bool = False,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS, ctr: float = TARGET_CTR, history: int = 0,
 ) -> ClickData:
     """The all-categorical set of these parameters, generated into the cache once and reused after."""
-    out = categorical_data_dir(rows=rows, seed=seed, cache_dir=cache_dir, fractions=fractions, ctr=ctr)
+    out = categorical_data_dir(rows=rows, seed=seed, cache_dir=cache_dir, fractions=fractions, ctr=ctr,
+                               history=history)
     return cached(out, out.name, lambda d: generate_categorical(d, rows=rows, seed=seed, progress=progress,
-                                                                fractions=fractions, ctr=ctr))
+                                                                fractions=fractions, ctr=ctr, history=history))

@@ -14,6 +14,8 @@ Schema keys (anything else is an error naming the schema file and the key)::
     fractions: [0.8, 0.1, 0.1]    # train / val / test (default 80/10/10)
     split_seed: 0
     name: mydata                  # default: the data file's stem
+    history:                      # history (sequence) columns, see rankitect.data.history
+      - {name: clicks, max_len: 20, delimiter: "|", shares: item}
 
 Sparse values are read as strings (an int ``7`` is the string ``"7"``). With ``vocab: train`` each
 column's vocabulary is built on the *train* split only: values seen ``>= min_count`` times get ids
@@ -48,7 +50,8 @@ import yaml
 
 from rankitect.data.hashing import DEFAULT_FRACTIONS, SPLITS, buckets, check_fractions, hash_strings, split_codes
 from rankitect.data.hashing import request_splits
-from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
+from rankitect.data.history import check_constant, check_history, history_ids, parse_tokens
+from rankitect.data.spec import DenseFeature, FeatureSpec, SequenceFeature, SparseFeature
 from rankitect.data.clickdata import ClickData
 from rankitect.data.store import StoreWriter, cached, data_cache_root, file_cache_key
 from rankitect.data.vocab import VocabCounter
@@ -56,7 +59,7 @@ from rankitect.errors import DataError
 
 READER_VERSION = 3  # 2: dense columns log1p-transformed by default; 3: vocabularies saved beside the arrays
 SCHEMA_KEYS = ("label", "dense", "dense_transform", "sparse", "request", "request_id", "vocab", "vocab_size",
-               "min_count", "fractions", "split_seed", "name")
+               "min_count", "fractions", "split_seed", "name", "history")
 DENSE_TRANSFORMS = ("log1p", "none")
 _WRITE_CHUNK = 65536
 
@@ -79,6 +82,7 @@ def load_schema(schema_path: str | Path, data_path: str | Path) -> dict[str, Any
          "vocab_size": 100_000,
          "min_count": 1, "fractions": list(DEFAULT_FRACTIONS), "split_seed": 0, "name": Path(data_path).stem, **raw}
     _check_types(s, sp)
+    s["history"] = check_history(s, sp)
     return s
 
 
@@ -127,16 +131,18 @@ def _read_frame(path: Path, s: dict[str, Any], schema_path: Path) -> pd.DataFram
         else:
             present = set(pd.read_csv(path, nrows=0).columns)
             check_field_counts(path)
-        for key in ("label", "dense", "sparse", "request_id"):
-            for c in [s[key]] if isinstance(s[key], str) else (s[key] or []):
+        history = [e["name"] for e in s.get("history", [])]
+        for key in ("label", "dense", "sparse", "request_id", "history"):
+            columns = history if key == "history" else [s[key]] if isinstance(s[key], str) else (s[key] or [])
+            for c in columns:
                 if c not in present:
                     raise DataError(f"{key}: column {c!r} not in {path} (columns: {sorted(present)})",
                                     path=str(schema_path))
         rid = [s["request_id"]] if s["request_id"] else []
-        cols = list(dict.fromkeys([s["label"], *s["dense"], *s["sparse"], *rid]))
+        cols = list(dict.fromkeys([s["label"], *s["dense"], *s["sparse"], *rid, *history]))
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path, columns=cols)
-        strings = {c: str for c in [*s["sparse"], s["request_id"]] if c}
+        strings = {c: str for c in [*s["sparse"], s["request_id"], *history] if c}
         return pd.read_csv(path, usecols=cols, dtype=strings, keep_default_na=True)
     except DataError:
         raise
@@ -312,20 +318,43 @@ def _build(p: Path, sp: Path, s: dict[str, Any], out: Path, meta: dict[str, Any]
     ids, sizes = _sparse_ids(df, s, codes == 0, vocabs)
     columns = {c: dense[:, j] for j, c in enumerate(s["dense"])} | {c: ids[:, j] for j, c in enumerate(s["sparse"])}
     _check_request_side(s, order, rid, columns, p)
+    histories, sequence = _histories(df, s, p, codes == 0, vocabs, sizes)
+    for f in sequence:
+        check_constant(order, rid, histories[f.name][0], f.name, s["request_id"] or "", lambda r: _where(p, r))
     side = lambda c: "request" if c in s["request"] else "candidate"  # noqa: E731
     spec = FeatureSpec(dense=tuple(DenseFeature(c, side(c)) for c in s["dense"]),
                        sparse=tuple(SparseFeature(c, n, side(c)) for c, n in zip(s["sparse"], sizes)),
-                       label=s["label"], name=s["name"])
+                       label=s["label"], name=s["name"], sequence=sequence)
     rows = dict(zip(SPLITS, np.bincount(codes, minlength=3).tolist()))
     with StoreWriter(out, spec, rows) as w:
         for i in range(0, len(order), _WRITE_CHUNK):
             o = order[i:i + _WRITE_CHUNK]
-            w.write_routed(codes[o], dense[o], ids[o], labels[o], rid[o])
+            part = {name: (h[o], n[o]) for name, (h, n) in histories.items()} or None
+            w.write_routed(codes[o], dense[o], ids[o], labels[o], rid[o], history=part)
         if vocabs:
             (w.tmp / "vocab").mkdir()
             for col, hashes in vocabs.items():
                 np.save(w.tmp / "vocab" / f"{col}.npy", hashes)
         return w.close(meta)
+
+
+def _histories(
+    df: pd.DataFrame, s: dict[str, Any], p: Path, train: np.ndarray, vocabs: dict[str, np.ndarray], sizes: list[int],
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], tuple[SequenceFeature, ...]]:
+    """Each history column's right-aligned ids and lengths, and its :class:`SequenceFeature`
+    (:mod:`rankitect.data.history`); ``vocabs`` receives the own vocabularies it counts."""
+    out, features = {}, []
+    for k, e in enumerate(s["history"]):
+        tokens, lengths = parse_tokens(df[e["name"]].to_numpy(dtype=object), e, lambda r: _where(p, r))
+        shared = s["sparse"].index(e["shares"]) if e["shares"] else None
+        salt = shared + 1 if shared is not None else len(s["sparse"]) + 1 + k
+        ids, size = history_ids(tokens, lengths, e, s, salt=salt, train=train, vocabs=vocabs,
+                                shared_vocab=vocabs.get(e["shares"]) if e["shares"] else None)
+        if shared is not None:
+            size = sizes[shared]
+        out[e["name"]] = (ids, lengths)
+        features.append(SequenceFeature(e["name"], e["max_len"], size, shares=e["shares"]))
+    return out, tuple(features)
 
 
 def _plain(value: Any) -> Any:

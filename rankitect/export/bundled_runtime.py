@@ -47,6 +47,15 @@ class SparseEmbedding(nn.Module):
         )
         self.register_buffer("order", torch.tensor(order, dtype=torch.long), persistent=False)
 
+    def embed(self, field: int, ids: torch.Tensor) -> torch.Tensor:
+        """Ids ``(B, L)`` looked up in field ``field``'s table and brought to ``dim``: ``(B, L, dim)``
+        (a history sharing that field's table)."""
+        rows = self.tables[field](ids)  # (B, L, d)
+        for group, fields in self.projected.items():
+            if field in fields:
+                return self.projections[group](rows)  # (B, L, d) -> (B, L, dim)
+        return rows
+
     def forward(self, sparse_ids: torch.Tensor) -> torch.Tensor:
         ids = sparse_ids.index_select(1, self.order)  # (B, n_sparse): storage order -> field order
         parts = [t(ids[:, k]) for k, t in enumerate(self.tables)]  # n x (B, d_k)
@@ -144,11 +153,14 @@ class RowScorer:
     def __init__(self, model: torch.nn.Module, preprocess: dict) -> None:
         self.model, self.pre = model, preprocess
         self.oov = int(preprocess["oov_id"])
+        self.history = list(preprocess.get("history", []))
         self.columns = [f["name"] for f in preprocess["dense"]] + [f["name"] for f in preprocess["sparse"]]
+        self.columns += [f["name"] for f in self.history]
         self.known = set(self.columns) | ({preprocess["label"]} if preprocess.get("label") else set())
         # hash -> id for counted vocabularies: the value at position i has id i + 2
+        counted = list(preprocess["sparse"]) + [f["ids"] for f in self.history]
         self.vocabs = {f["name"]: {h: i + 2 for i, h in enumerate(f["hashes"])}
-                       for f in preprocess["sparse"] if f["encoding"] == "vocab"}
+                       for f in counted if f["encoding"] == "vocab" and "hashes" in f}
 
     def dense_value(self, feature: dict, value: object) -> float:
         """Missing -> 0, then the reader's transform: ``log1p`` of ``max(x, 0)`` (Criteo) or
@@ -197,8 +209,46 @@ class RowScorer:
         return (torch.tensor(dense, dtype=torch.float32).reshape(len(rows), n_dense),
                 torch.tensor(ids, dtype=torch.int64).reshape(len(rows), n_sparse))
 
+    def history_ids(self, feature: dict, index: int, value: object) -> list:
+        """A raw history (the reader's string of integer ids joined by the delimiter, or a list of ids)
+        as the ids of its latest ``max_len`` items; a token that is no integer, or more ids than
+        ``bound``, is a ``ValueError`` naming the row and the column."""
+        name = feature["name"]
+        if _missing(value):
+            tokens = []
+        elif isinstance(value, str):
+            tokens = [t.strip() for t in value.split(feature["delimiter"])]
+        elif isinstance(value, (list, tuple)):
+            tokens = [_as_text(v) for v in value]
+        else:
+            raise ValueError(f"row {index}: history column {name!r}: expected a string of ids, got {value!r}")
+        tokens = [t for t in tokens if t]
+        for t in tokens:
+            body = t[1:] if t[:1] in "+-" else t
+            if not (body.isascii() and body.isdigit()):
+                raise ValueError(f"row {index}: history column {name!r}: {t!r} is not an integer id")
+        if len(tokens) > feature["bound"]:
+            raise ValueError(f"row {index}: history column {name!r}: {len(tokens)} ids, more than {feature['bound']}")
+        return [self.sparse_id(feature["ids"], t) for t in tokens[len(tokens) - min(len(tokens), feature["max_len"]):]]
+
+    def histories(self, rows: list) -> list:
+        """Per history column, ``(ids (B, L) int64, mask (B, L) bool)``, right-aligned (pads first)."""
+        out = []
+        for f in self.history:
+            L = f["max_len"]
+            ids, mask = torch.zeros(len(rows), L, dtype=torch.int64), torch.zeros(len(rows), L, dtype=torch.bool)
+            for b, r in enumerate(rows):
+                kept = self.history_ids(f, b, r.get(f["name"]))
+                if kept:
+                    ids[b, L - len(kept):] = torch.tensor(kept, dtype=torch.int64)
+                    mask[b, L - len(kept):] = True
+            out.append((ids, mask))
+        return out
+
     @torch.no_grad()
     def __call__(self, rows: list, allow_missing: bool = False) -> torch.Tensor:
         """Click probabilities ``(B,)`` of ``rows`` (see :meth:`features` for ``allow_missing``)."""
         dense, ids = self.features(rows, allow_missing)
+        if self.history:
+            return torch.sigmoid(self.model(dense, ids, self.histories(rows)))
         return torch.sigmoid(self.model(dense, ids))

@@ -20,12 +20,13 @@ import ast
 import math
 
 from rankitect.blocks.base import BLOCKS
+from rankitect.blocks.sequence import History
 from rankitect.data.spec import FeatureSpec
 import rankitect.export.bundled_runtime as bundled_runtime
 from rankitect.export.bundle import ALLOWED_IMPORTS, bundle
 from rankitect.export.plan import ExportPlan, GenePlan, Ref, make_plan
 from rankitect.space import builder
-from rankitect.space.architecture import Architecture
+from rankitect.space.architecture import Architecture, history_name
 
 # Imports the generated classes below use, whatever the bundle needs.
 HEADER = ("import json", "import math", "import torch", "import torch.nn.functional as F", "from torch import nn")
@@ -51,8 +52,10 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     """The text of a standalone ``model.py`` for ``arch`` on data described by ``spec``.
 
     The file holds ``ExportedModel`` (``forward(dense (B, n_dense) float32, sparse_ids (B, n_sparse)
-    int64) -> logits (B,)``, both inputs in the spec's storage order), the source of the blocks it
-    uses and ``load(directory)``. Raises ``ValueError`` for anything unchecked or unsupported.
+    int64, history) -> logits (B,)``, both inputs in the spec's storage order; ``history`` one
+    ``(ids (B, L) int64, mask (B, L) bool)`` pair per sequence feature, right-aligned, for a model
+    that reads one), the source of the blocks it uses and ``load(directory)``. Raises ``ValueError``
+    for anything unchecked or unsupported.
 
     >>> from rankitect.space.architecture import BlockGene
     >>> from rankitect.space.testing import tiny_spec
@@ -65,8 +68,10 @@ def generate_source(arch: Architecture, spec: FeatureSpec) -> str:
     roots: list[object] = [builder._flat, builder._cat, builder.InputAdapter, builder.Head,
                            bundled_runtime.RowScorer, bundled_runtime.read_safetensors,
                            *(BLOCKS[g.op] for g in plan.genes)]
-    if plan.uses_sparse:
+    if plan.embedded:
         roots.append(bundled_runtime.SparseEmbedding)
+    if plan.histories:
+        roots.append(History)
     body = "\n\n\n".join([bundle(roots, HEADER), _model_class(plan), LOAD_SOURCE])
     source = f"{_module_docstring(plan)}\n{body}\n"
     audit_source(source)
@@ -99,7 +104,11 @@ def _module_docstring(plan: ExportPlan) -> str:
         f"``(B, {plan.n_sparse})`` int64, both in the feature spec's storage order (``feature_spec.json``),\n"
         'and returns logits ``(B,)``. ``load_scorer(directory)`` scores raw rows (dicts of column -> value)\n'
         'with the feature preprocessing of ``preprocess.json``; unseen categorical values get the OOV id, an\n'
-        'unknown or absent column is an error (``allow_missing=True`` scores absent ones as missing).\n"""\n'
+        'unknown or absent column is an error (``allow_missing=True`` scores absent ones as missing).\n'
+        + (f"A model reading a history takes ``history``: one ``(ids (B, L) int64, mask (B, L) bool)`` pair per\n"
+           f"sequence feature ({plan.n_sequence}), right-aligned (pads first, the latest id last); raw rows give it\n"
+           "as the reader's string of ids (``preprocess.json`` names the delimiter).\n" if plan.histories else "")
+        + '"""\n'
     )
 
 
@@ -151,6 +160,9 @@ def _var(ref: Ref) -> str:
         return "emb"
     if ref == "dense":
         return "dense"
+    name = history_name(ref) if type(ref) is str else None
+    if name is not None and name[:1] == "q" and name[1:].isdigit():
+        return f"h{int(name[1:])}"
     if type(ref) is int:
         return f"x{ref}"
     raise ValueError(f"cannot name input {ref!r}")
@@ -158,7 +170,7 @@ def _var(ref: Ref) -> str:
 
 def _init_lines(plan: ExportPlan) -> list[str]:
     lines = ["    def __init__(self) -> None:", "        super().__init__()"]
-    if plan.uses_sparse:
+    if plan.embedded:
         lines += [
             "        # One table per sparse feature in field order (request side first); order[k] is the",
             "        # storage column of field k.",
@@ -178,6 +190,12 @@ def _init_lines(plan: ExportPlan) -> list[str]:
             "        # ROCS: dense features request side first.",
             f'        self.register_buffer("dense_order", {dense_order}, persistent=False)',
         ]
+    own = [h for h in plan.histories if h.field is None]
+    if own:
+        tables = ", ".join(f"{_render(str(h.k))}: nn.Embedding({_render(h.vocab_size)}, {_render(plan.dim)})"
+                           for h in own)
+        lines += ["        # The own table of each history that shares no sparse feature's.",
+                  f"        self.history_tables = nn.ModuleDict({{{tables}}})"]
     lines += ["        self.adapters = nn.ModuleList(["]
     lines += [_adapter_line(g, plan) for g in plan.genes]
     lines += ["        ])", "        self.blocks = nn.ModuleList(["]
@@ -209,10 +227,31 @@ def _head_args(plan: ExportPlan) -> str:
     return args
 
 
+def _history_lines(plan: ExportPlan) -> list[str]:
+    """Each history read: looked up in its shared field's table (that field is its target) or its own."""
+    lines = []
+    for h in plan.histories:
+        k = _render(h.k)
+        lines.append(f"        ids{h.k}, mask{h.k} = history[{k}]  # (B, {h.max_len}) each, right-aligned")
+        if h.field is None:
+            target = f"torch.zeros(ids{h.k}.shape[0], {_render(plan.dim)})"
+            table = f"self.history_tables[{_render(str(h.k))}]"
+            lines.append(f"        h{h.k} = History({table}(ids{h.k}), mask{h.k}, {target})")
+        else:
+            f = _render(h.field)
+            lines.append(f"        h{h.k} = History(self.embedding.embed({f}, ids{h.k}), mask{h.k}, emb[:, {f}])")
+    return lines
+
+
 def _forward_lines(plan: ExportPlan) -> list[str]:
-    lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor) -> torch.Tensor:"]
-    if plan.uses_sparse:
+    if plan.n_sequence:  # data with histories: the scorer hands them over, read or not
+        lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor, history: list | None = None) "
+                 "-> torch.Tensor:"]
+    else:
+        lines = ["    def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor) -> torch.Tensor:"]
+    if plan.embedded:
         lines.append(f"        emb = self.embedding(sparse_ids)  # (B, {plan.n_sparse}, {plan.dim}) in field order")
+    lines += _history_lines(plan)
     if plan.dense_mean is not None:
         lines.append("        dense = (dense - self.dense_mean) * self.dense_inv_std")
     if plan.dense_order is not None and plan.uses_dense:

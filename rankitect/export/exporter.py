@@ -45,7 +45,9 @@ def convert_state_dict(model_state: Mapping[str, torch.Tensor], spec: FeatureSpe
 
     Only the embedding tables change name: torchrec's ``embedding.ebc.embedding_bags.t_<feature>.weight``
     becomes ``embedding.tables.<k>.weight`` with ``k`` the feature's field position (request side
-    first); every other key is the same in both models. Tensors are detached, contiguous CPU copies.
+    first), and a history's own ``history.tables.<name>.weight`` becomes ``history_tables.<k>.weight``
+    with ``k`` its position among the sequence features; every other key is the same in both models.
+    Tensors are detached, contiguous CPU copies.
 
     >>> from rankitect.space.testing import tiny_spec
     >>> state = {"embedding.ebc.embedding_bags.t_s5.weight": torch.zeros(17, 2), "head.mlp.0.bias": torch.zeros(1)}
@@ -53,11 +55,16 @@ def convert_state_dict(model_state: Mapping[str, torch.Tensor], spec: FeatureSpe
     ['embedding.tables.0.weight', 'head.mlp.0.bias']
     """
     fields = {f"t_{f.name}.weight": k for k, f in enumerate(spec.sparse_in_field_order())}
+    histories = {f"history.tables.{f.name}.weight": f"history_tables.{k}.weight" for k, f in enumerate(spec.sequence)}
     out: dict[str, torch.Tensor] = {}
     for key, value in model_state.items():
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"state dict entry {key!r} is not a tensor: {type(value).__name__}")
-        if key.startswith(EMBEDDING_PREFIX):
+        if key.startswith("history.tables."):  # a history's own table: named by its position, as features are
+            if key not in histories:
+                raise ValueError(f"state dict key {key!r} matches no sequence feature of the spec")
+            key = histories[key]
+        elif key.startswith(EMBEDDING_PREFIX):
             table = key[len(EMBEDDING_PREFIX) :]
             if table not in fields:
                 raise ValueError(f"state dict key {key!r} matches no sparse feature of the spec")

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rankitect.blocks.base import BLOCKS, block_params, takes_share
-from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SparseFeature
+from rankitect.data.spec import SIDES, DenseFeature, FeatureSpec, SequenceFeature, SparseFeature
 from rankitect.blocks.common import NORMS
-from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene
+from rankitect.space.architecture import RAW_INPUTS, Architecture, BlockGene, HeadGene, history_name, history_ref
 from rankitect.space.recipe import DIM_GENES, Recipe
 from rankitect.space.builder import RankingModel, build_model, dense_inv_stds, dense_means
 
-KINDS = ("field", "flat")
+KINDS = ("field", "flat", "sequence")
 SEQUENCES = (collections.abc.Sequence, list, tuple)
 
 Scalar = Any  # int | bool | str | tuple[str, ...], exact types only
@@ -55,6 +55,18 @@ class GenePlan:
     tokens: int
     out_shape: Shape
     takes_share: bool  # whether the block's constructor takes ``rocs_share``
+
+
+@dataclass(frozen=True)
+class HistoryPlan:
+    """One history the model reads: its position ``k`` among the spec's sequence features (its input
+    ``history[k]`` and its name ``q<k>``), ``max_len``, its own table's ``vocab_size``, and the field
+    position (field order) of the sparse feature whose table it shares (``None``: a table of its own)."""
+
+    k: int
+    max_len: int
+    vocab_size: int
+    field: int | None
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,13 @@ class ExportPlan:
     head_norm: str = "none"
     field_dims: tuple[int, ...] | None = None  # table width of each field (field order); None: all dim
     projected: tuple[tuple[str, tuple[int, ...]], ...] = ()  # group -> its fields, projected to dim
+    histories: tuple[HistoryPlan, ...] = ()  # the histories the genes read
+    n_sequence: int = 0  # the spec's sequence features (inputs of forward's ``history``)
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the model looks sparse ids up: for its fields, or for a history sharing a table."""
+        return self.uses_sparse or any(h.field is not None for h in self.histories)
 
 
 def check_int(where: str, value: Any, minimum: int) -> int:
@@ -161,18 +180,33 @@ def check_params(where: str, op: str, params: Any) -> tuple[tuple[str, Scalar], 
 
 
 def check_ref(where: str, ref: Any, limit: int) -> Ref:
-    """A raw input name (our own copy) or an exact int index below ``limit``."""
+    """A raw input name (our own copy), ``history:q<k>`` (a history renamed by position), or an exact
+    int index below ``limit``."""
     if type(ref) is str and ref in RAW_INPUTS:
         return check_choice(where, ref, RAW_INPUTS)
+    name = history_name(ref) if type(ref) is str else None
+    if name is not None and name[:1] == "q" and name[1:].isdigit() and name[1:] == str(int(name[1:])):
+        return history_ref(f"q{int(name[1:])}")
     if type(ref) is int and 0 <= ref < limit:
         return ref
-    raise ValueError(f"{where}: must be an index below {limit} or one of {RAW_INPUTS}, got {ref!r}")
+    raise ValueError(f"{where}: must be an index below {limit}, one of {RAW_INPUTS} or 'history:q<k>', got {ref!r}")
 
 
 def check_refs(where: str, refs: Any, limit: int) -> tuple[Ref, ...]:
     if type(refs) not in (list, tuple) or not refs:
         raise ValueError(f"{where}: must be a non-empty list of inputs, got {refs!r}")
     return tuple(check_ref(f"{where}[{j}]", r, limit) for j, r in enumerate(refs))
+
+
+def renamed_histories(arch: Architecture, spec: FeatureSpec) -> Architecture:
+    """``arch`` with each history reference renamed by position (``history:clicks`` ->
+    ``history:q0``), as :func:`clean_spec` renames the features."""
+    names = {history_ref(f.name): history_ref(f"q{k}") for k, f in enumerate(spec.sequence)}
+    if not any(history_name(r) is not None for g in arch.blocks for r in g.inputs):
+        return arch
+    blocks = tuple(BlockGene(g.op, tuple(names.get(r, r) if isinstance(r, str) else r for r in g.inputs), g.params,
+                             g.tokens) for g in arch.blocks)
+    return Architecture(blocks, arch.head, arch.embedding_dim, arch.rocs, arch.rocs_share, arch.recipe)
 
 
 def clean_architecture(arch: Any) -> Architecture:
@@ -246,7 +280,14 @@ def clean_spec(spec: Any) -> FeatureSpec:
         DenseFeature(f"d{j}", side=check_choice(f"dense[{j}].side", f.side, SIDES), mean=float(f.mean), std=float(f.std))
         for j, f in enumerate(spec.dense)
     )
-    return FeatureSpec(dense=dense, sparse=sparse)
+    names = [f.name for f in spec.sparse]
+    sequence = tuple(
+        SequenceFeature(f"q{k}", check_int(f"sequence[{k}].max_len", f.max_len, 1),
+                        check_int(f"sequence[{k}].vocab_size", f.vocab_size, 2),
+                        shares=None if f.shares is None else f"s{names.index(f.shares)}")
+        for k, f in enumerate(spec.sequence)
+    )
+    return FeatureSpec(dense=dense, sparse=sparse, sequence=sequence)
 
 
 def request_first(sides: Sequence[str]) -> tuple[int, ...]:
@@ -258,7 +299,7 @@ def request_first(sides: Sequence[str]) -> tuple[int, ...]:
 
 def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
     """Check ``arch`` and ``spec`` and read every shape from the rankitect model built on ``meta``."""
-    clean, data = clean_architecture(arch), clean_spec(spec)
+    clean, data = clean_architecture(renamed_histories(arch, spec)), clean_spec(spec)
     vocab = tuple(f.vocab_size for f in data.sparse)
     sparse_sides, dense_sides = tuple(f.side for f in data.sparse), tuple(f.side for f in data.dense)
     model = build_model(clean, data, device="meta")
@@ -268,6 +309,9 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
     n_request_sparse = sum(s == "request" for s in sparse_sides)
     n_request_dense = sum(s == "request" for s in dense_sides)
     requests: dict[Ref, int] = {"sparse": n_request_sparse if masked else 0, "dense": n_request_dense if masked else 0}
+    histories = _history_plans(clean, data)
+    for h in histories:  # a history is request side
+        shapes[history_ref(f"q{h.k}")], requests[history_ref(f"q{h.k}")] = (h.max_len, D), h.max_len if masked else 0
     genes = []
     for i, gene in enumerate(clean.blocks):
         plan = _gene_plan(i, gene, model, shapes, requests)
@@ -299,8 +343,21 @@ def make_plan(arch: Architecture, spec: FeatureSpec) -> ExportPlan:
         head_requests=head_requests,
         head_dropout=clean.head.dropout,
         head_norm=clean.head.norm,
+        histories=histories,
+        n_sequence=len(data.sequence),
         **_embedding_plan(model),
     )
+
+
+def _history_plans(arch: Architecture, spec: FeatureSpec) -> tuple[HistoryPlan, ...]:
+    """The histories ``arch`` reads (renamed ``q<k>``), checked against the clean ``spec``."""
+    fields = [f.name for f in spec.sparse_in_field_order()]
+    plans = []
+    for name in arch.histories():
+        f = spec.sequence_feature(name)
+        plans.append(HistoryPlan(k=check_int("history", int(name[1:]), 0), max_len=f.max_len, vocab_size=f.vocab_size,
+                                 field=None if f.shares is None else fields.index(f.shares)))
+    return tuple(plans)
 
 
 def _embedding_plan(model: RankingModel) -> dict[str, Any]:
@@ -363,4 +420,4 @@ def _hex(text: str) -> str:
     return text
 
 
-__all__ = ["ExportPlan", "GenePlan", "check_param", "make_plan"]
+__all__ = ["ExportPlan", "GenePlan", "HistoryPlan", "check_param", "make_plan"]

@@ -11,6 +11,12 @@ raw row becomes the model's inputs, with the readers' own rules:
 * Criteo TSV: dense ``log(1 + max(x, 0))``, categoricals hashed into buckets, empty -> 0;
 * synthetic, and any data directory written directly (``StoreWriter``): rows hold the model's
   inputs already, dense values as stored and ids; an id outside a table maps to the OOV id 1.
+
+A data set with history columns adds ``history``: per sequence feature its ``max_len``, the
+``delimiter`` of its raw string (the schema's, ``|`` for a generated set), the ``bound`` on a raw
+history's ids (:func:`rankitect.data.history.raw_bound`) and ``ids``: how a token becomes an id,
+an entry like a sparse column's (a shared history's is the shared column's, with the same key, so an
+item gets the candidate column's id).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rankitect.data.clickdata import ClickData, load_array
+from rankitect.data.history import DEFAULT_DELIMITER, raw_bound
 from rankitect.errors import DataError
 
 FORMAT = 1
@@ -47,8 +54,29 @@ def preprocessing(data: ClickData) -> dict[str, Any]:
     else:  # synthetic, or a store written directly: its rows are the model's inputs
         dense = [{"name": f.name, "transform": "none"} for f in spec.dense]
         sparse = [{"name": f.name, "encoding": "id", "size": f.vocab_size} for f in spec.sparse]
-    return {"format": FORMAT, "source": source, "label": spec.label, "oov_id": OOV_ID, "dense": dense,
-            "sparse": sparse}
+    out = {"format": FORMAT, "source": source, "label": spec.label, "oov_id": OOV_ID, "dense": dense,
+           "sparse": sparse}
+    if spec.sequence:  # only then: the preprocessing of data without history stays as it was
+        out["history"] = _history(data, params, sparse)
+    return out
+
+
+def _history(data: ClickData, params: dict[str, Any], sparse: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each sequence feature's raw form and its token -> id rule (see the module docstring)."""
+    spec, out = data.spec, []
+    entries = {e["name"]: e for e in params.get("history", [])} if data.source == "tabular" else {}
+    names = [f.name for f in spec.sparse]
+    for k, f in enumerate(spec.sequence):
+        if f.shares is not None:
+            ids = {key: v for key, v in sparse[names.index(f.shares)].items() if key != "hashes"}
+        elif data.source == "tabular":
+            ids = _tabular_sparse(data, params, len(names) + k, f)
+        else:
+            ids = {"name": f.name, "encoding": "id", "size": f.vocab_size}
+        delimiter = entries.get(f.name, {}).get("delimiter", DEFAULT_DELIMITER)
+        out.append({"name": f.name, "max_len": f.max_len, "delimiter": delimiter, "bound": raw_bound(f.max_len),
+                    "ids": ids})
+    return out
 
 
 def _tabular_sparse(data: ClickData, params: dict[str, Any], j: int, feature: Any) -> dict[str, Any]:

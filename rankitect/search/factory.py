@@ -34,16 +34,17 @@ def check_names(cfg: SearchConfig) -> None:
     """Refuse an unknown strategy, space or baseline by name, listing every registered one (before
     any work: no data is read and no run is created)."""
     from rankitect.space import SPACES
-    from rankitect.space.baselines import BASELINES
+    from rankitect.space.baselines import BASELINES, HISTORY_BASELINES
 
     known = sorted(STRATEGIES)
     if cfg.strategy not in known:
         raise ConfigError(f"config key 'search.strategy': unknown strategy {cfg.strategy!r}; known: {known}")
     if cfg.space not in SPACES:
         raise ConfigError(f"config key 'search.space': unknown space {cfg.space!r}; known: {sorted(SPACES)}")
-    unknown = [name for name in cfg.baselines if name not in BASELINES]
+    known = {**BASELINES, **HISTORY_BASELINES}  # din and bst: for data with a history
+    unknown = [name for name in cfg.baselines if name not in known]
     if unknown:
-        raise ConfigError(f"config key 'search.baselines': unknown baseline {unknown[0]!r}; known: {sorted(BASELINES)}")
+        raise ConfigError(f"config key 'search.baselines': unknown baseline {unknown[0]!r}; known: {sorted(known)}")
 
 
 def section_of(cfg: SearchConfig, name: str) -> Any | None:

@@ -8,7 +8,11 @@ map costs per candidate only its candidate x candidate block (``W_cc x_c[b] + (W
 attention computes a request's keys and values once (candidate queries read them), Wukong's
 ``X (Xᵀ Y)`` and DLRM's Gram matrix keep only their candidate rows per candidate. The head's
 hidden layers are masked too (request units once per request) and its last linear map takes the
-same in-kernel broadcast. The scores equal ``model(batch)`` up to float rounding.
+same in-kernel broadcast. A history is request side: it is looked up once per request and each
+history block encodes it there (Deep Cross Attention's encoder and its keys and values, BST's
+history projections, DIN's history term, pooling whole), each candidate reading it with its own
+item (:class:`~rankitect.blocks.sequence.HistorySplit`). The scores equal ``model(batch)`` up to
+float rounding.
 
 :func:`rocs_cost` counts what that costs with ``torch.utils.flop_counter`` on a meta-device build:
 FLOPs once per request plus FLOPs per candidate (the project's convention: matrix products only,
@@ -24,11 +28,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from rankitect.blocks.base import FIELD
+from rankitect.blocks.base import FIELD, SEQUENCE
+from rankitect.blocks.sequence import HistorySplit
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
 from rankitect.blocks.split import Split, cat, linear, plain_linear, sequential
-from rankitect.space.architecture import Architecture, InputRef
+from rankitect.space.architecture import Architecture, InputRef, history_ref
 from rankitect.space.builder import InputAdapter, RankingModel, build_model
 
 
@@ -78,6 +83,27 @@ def request_sources(model: RankingModel, batch: Batch, index: torch.Tensor, firs
         if check:
             _check_constant(dense[:, :r], index, first, [f.name for f in spec.dense if f.side == "request"])
         out["dense"] = Split(dense.index_select(0, first)[:, :r], dense[:, r:], index, first)
+    return out | history_sources(model, batch, index, first, check=check)
+
+
+def history_sources(model: RankingModel, batch: Batch, index: torch.Tensor, first: torch.Tensor,
+                    *, check: bool = True) -> dict[InputRef, HistorySplit]:
+    """The histories the model reads, looked up once per request, beside each candidate's item."""
+    if model.history is None:
+        return {}
+    out: dict[InputRef, HistorySplit] = {}
+    ids_of = batch.sparse_ids()  # (B, n_sparse), key order
+    column = {name: j for j, name in enumerate(batch.sparse.keys())}
+    for f in model.history.features:
+        ids, mask = batch.history_padded(f.name, f.max_len)  # (B, L) each
+        if check:
+            _check_constant(ids, index, first, [f.name] * f.max_len)
+        seq = model.history.embed(f.name, ids.index_select(0, first), model.embedding)  # (Q, L, D)
+        if f.shares is not None and model.embedding is not None:
+            target = _lookup(model, [f.shares], ids_of, column, len(ids_of))[:, 0]  # (B, D)
+        else:
+            target = seq.new_zeros(len(ids_of), model.arch.embedding_dim)
+        out[history_ref(f.name)] = HistorySplit(seq, mask.index_select(0, first), target, index, first)
     return out
 
 
@@ -90,7 +116,9 @@ def _lookup(model: RankingModel, names: list[str], ids: torch.Tensor, column: di
 
 
 def adapt(adapter: InputAdapter, xs: list[Split]) -> list[Split]:
-    """The builder's :class:`InputAdapter` (masked) on splits."""
+    """The builder's :class:`InputAdapter` (masked) on splits (a history passes as it is)."""
+    if adapter.in_kind == SEQUENCE:
+        return xs
     if adapter.in_kind == FIELD:
         fields = [x for x, is_field in zip(xs, adapter.is_field) if is_field]
         if adapter.proj is not None:
@@ -186,8 +214,28 @@ def _meta_flops(model: RankingModel, requests: int, rows: int) -> int:
             r = spec.n_request_dense
             sources["dense"] = Split(torch.empty(requests, r, device="meta"),
                                      torch.empty(rows, spec.n_dense - r, device="meta"), index, first)
+        sources.update(_meta_histories(model, index, first))
         split_logits(model, sources)
     return int(counter.get_total_flops())
+
+
+def _meta_histories(model: RankingModel, index: torch.Tensor, first: torch.Tensor) -> dict[InputRef, HistorySplit]:
+    """Meta histories as :func:`history_sources` gives them: looked up (and projected, counted) per request."""
+    if model.history is None:
+        return {}
+    out: dict[InputRef, HistorySplit] = {}
+    emb, D = model.embedding, model.arch.embedding_dim
+    for f in model.history.features:
+        requests, L = first.shape[0], f.max_len
+        seq = torch.empty(requests, L, D, device="meta")
+        if f.shares is not None and emb is not None:
+            width = emb.dims[emb.feature_names.index(f.shares)]
+            seq = emb.project(f.shares, torch.empty(requests, L, width, device="meta"))
+        target = _meta_fields(model, [f.shares], index.shape[0])[:, 0] if f.shares and emb is not None \
+            else torch.empty(index.shape[0], D, device="meta")
+        mask = torch.empty(requests, L, dtype=torch.bool, device="meta")
+        out[history_ref(f.name)] = HistorySplit(seq, mask, target, index, first)
+    return out
 
 
 def rocs_cost(arch: Architecture, spec: FeatureSpec) -> RocsCost:

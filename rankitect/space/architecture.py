@@ -2,8 +2,10 @@
 
 An :class:`Architecture` is a list of block genes evaluated in order, a head, and the embedding
 dimension. A gene names a registered block op, its inputs and its params; inputs are earlier genes
-(by index) or the raw inputs ``"dense"`` (the flat ``(B, n_dense)`` features) and ``"sparse"`` (the
-field ``(B, n_sparse, D)`` embeddings). How inputs of another kind are adapted (flatten; project to
+(by index) or the raw inputs ``"dense"`` (the flat ``(B, n_dense)`` features), ``"sparse"`` (the
+field ``(B, n_sparse, D)`` embeddings) and ``"history:<name>"`` (the sequence feature ``<name>``: a
+:class:`~rankitect.blocks.sequence.History`, which only a history block reads, as its one input).
+How inputs of another kind are adapted (flatten; project to
 ``tokens`` tokens) is the builder's business (:mod:`rankitect.space.builder`); genes are data only.
 
 Every field tensor in a model has the embedding dimension ``D``, so field inputs always
@@ -23,13 +25,14 @@ from pathlib import Path
 from typing import Any, Union
 
 import rankitect.blocks  # noqa: F401  (importing the package registers every block)
-from rankitect.blocks.base import FIELD, FLAT, block_params, get_block_class
+from rankitect.blocks.base import FIELD, FLAT, SEQUENCE, block_params, get_block_class
 from rankitect.blocks.common import NORMS, check_dropout, check_share
 from rankitect.errors import DataError
 from rankitect.space.params import Params, canonical_params, check_int
 from rankitect.space.recipe import DIM_GENES, Recipe
 
 RAW_INPUTS = ("dense", "sparse")
+HISTORY_PREFIX = "history:"  # "history:<name>": the sequence feature <name> of the data
 # Genotype JSON is read within these: a genotype nests 4 deep and a large one takes a few KB, so
 # a deeper or bigger text is not a genotype (and would take the parser's stack or the machine).
 MAX_JSON_BYTES = 256 * 1024
@@ -39,12 +42,28 @@ _BRACKETS = re.compile(r"[\[\]{}]")
 InputRef = Union[int, str]
 
 
+def history_ref(name: str) -> str:
+    """The input reference of sequence feature ``name``.
+
+    >>> history_ref("clicks"), history_name("history:clicks"), history_name("sparse")
+    ('history:clicks', 'clicks', None)
+    """
+    return HISTORY_PREFIX + name
+
+
+def history_name(ref: Any) -> str | None:
+    """The sequence feature an input reference names, or ``None`` for any other reference."""
+    if isinstance(ref, str) and ref.startswith(HISTORY_PREFIX) and ref[len(HISTORY_PREFIX):].isidentifier():
+        return ref[len(HISTORY_PREFIX):]
+    return None
+
+
 def _check_input(where: str, ref: Any) -> InputRef:
-    if isinstance(ref, str) and ref in RAW_INPUTS:
+    if isinstance(ref, str) and (ref in RAW_INPUTS or history_name(ref) is not None):
         return ref
     if isinstance(ref, int) and not isinstance(ref, bool) and ref >= 0:
         return ref
-    raise ValueError(f"{where}: must be an earlier block index or one of {RAW_INPUTS}, got {ref!r}")
+    raise ValueError(f"{where}: must be an earlier block index, one of {RAW_INPUTS} or 'history:<name>', got {ref!r}")
 
 
 def _check_inputs(where: str, inputs: Any) -> tuple[InputRef, ...]:
@@ -223,6 +242,8 @@ class Architecture:
         for j, ref in enumerate(self.head.inputs):
             if isinstance(ref, int) and ref >= len(self.blocks):
                 raise ValueError(f"head.inputs[{j}]: block {ref} does not exist ({len(self.blocks)} blocks)")
+            if history_name(ref) is not None:
+                raise ValueError(f"head.inputs[{j}]: {ref!r} is a history, which only a history block reads")
         used = {r for g in self.blocks for r in g.inputs} | set(self.head.inputs)
         for i in range(len(self.blocks)):
             if i not in used:
@@ -246,21 +267,32 @@ class Architecture:
             raise ValueError(
                 f"blocks[{i}].params['num_heads']: embedding_dim={self.embedding_dim} is not divisible by {heads}"
             )
+        reads_history = [history_name(r) is not None for r in gene.inputs]
+        if (gene.in_kind == SEQUENCE) != any(reads_history) or (any(reads_history) and len(gene.inputs) != 1):
+            raise ValueError(f"blocks[{i}].inputs: a history block ({gene.op!r} takes {gene.in_kind} inputs) reads "
+                             f"exactly one 'history:<name>', and only it does; got {list(gene.inputs)}")
         has_flat = any(self.kind_of(r) == FLAT for r in gene.inputs)
         if gene.tokens != 1 and not (gene.in_kind == FIELD and has_flat):
             raise ValueError(f"blocks[{i}].tokens: {gene.tokens} given but op {gene.op!r} projects no flat input")
 
     def kind_of(self, ref: InputRef) -> str:
-        """``"flat"`` or ``"field"``: the kind of an input reference's tensor."""
+        """``"flat"``, ``"field"`` or ``"sequence"``: the kind of an input reference's tensor."""
         if ref == "dense":
             return FLAT
         if ref == "sparse":
             return FIELD
+        if history_name(ref) is not None:
+            return SEQUENCE
         return self.blocks[int(ref)].out_kind
 
     def uses(self, raw: str) -> bool:
-        """Whether any gene or the head reads the raw input ``"dense"`` or ``"sparse"``."""
+        """Whether any gene or the head reads the raw input ``"dense"``, ``"sparse"`` or ``"history:<name>"``."""
         return any(raw in g.inputs for g in self.blocks) or raw in self.head.inputs
+
+    def histories(self) -> list[str]:
+        """The sequence features the genes read, in order of first use."""
+        names = (history_name(r) for g in self.blocks for r in g.inputs)
+        return list(dict.fromkeys(n for n in names if n is not None))
 
     def to_dict(self) -> dict[str, Any]:
         d = {

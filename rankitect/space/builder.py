@@ -1,8 +1,10 @@
 """Turn an :class:`~rankitect.space.architecture.Architecture` into a plain ``nn.Module``.
 
 Inputs: ``"sparse"`` is the :class:`~rankitect.space.embedding.SparseEmbedding` field tensor
-``(B, n_sparse, D)`` (field order); ``"dense"`` is ``batch.dense`` ``(B, n_dense)``. A gene's inputs
-are adapted to what its block takes (:class:`InputAdapter`):
+``(B, n_sparse, D)`` (field order); ``"dense"`` is ``batch.dense`` ``(B, n_dense)``;
+``"history:<name>"`` is a :class:`~rankitect.blocks.sequence.History` (the history stem,
+:mod:`rankitect.space.history`), which a history block reads as it is. A gene's inputs are adapted
+to what its block takes (:class:`InputAdapter`):
 
 * flat block: every input flattened (``(B, N, D) -> (B, N*D)``) and concatenated, in listed order;
 * two-input flat block: ``left`` = the first input, ``right`` = the rest concatenated
@@ -28,12 +30,13 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
+from rankitect.blocks.base import FIELD, SEQUENCE, Block, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear, check_dropout, make_norm, request_share
 from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
-from rankitect.space.architecture import Architecture, InputRef
+from rankitect.space.architecture import Architecture, InputRef, history_ref
+from rankitect.space.history import HistoryInputs, shares_a_table
 
 Shape = tuple[int, ...]
 
@@ -93,7 +96,10 @@ class InputAdapter(nn.Module):
         self.flat_r = [_flat_r(s, r) for s, r in zip(shapes, requests)]
         self.field_r = [r if f else 0 for r, f in zip(requests, self.is_field)]
         self.proj: MaskedLinear | None = None
-        if in_kind == FIELD:
+        if in_kind == SEQUENCE:  # a history, read as it is
+            self.out_shape = tuple(shapes[0])
+            self.request_in = requests[0] if masked else None
+        elif in_kind == FIELD:
             self._init_field(shapes, requests)
         elif num_inputs == 2:
             rest = list(range(1, len(shapes))) or [0]
@@ -122,6 +128,8 @@ class InputAdapter(nn.Module):
         self.request_in = field_r + token_r if self.masked else None
 
     def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.in_kind == SEQUENCE:
+            return xs
         if self.in_kind == FIELD:
             return [self._to_field(xs)]
         flats = [_flat(x) for x in xs]
@@ -251,11 +259,15 @@ class RankingModel(nn.Module):
         super().__init__()
         self.arch, self.spec = arch, spec
         masked, D = arch.rocs, arch.embedding_dim
-        self.embedding = SparseEmbedding(spec, D, recipe=arch.recipe) if arch.uses("sparse") else None
+        shared = shares_a_table(arch, spec)  # a history looks its ids up in a sparse feature's table
+        self.embedding = SparseEmbedding(spec, D, recipe=arch.recipe) if arch.uses("sparse") or shared else None
+        self.history = HistoryInputs(arch, spec, D) if arch.histories() else None
         shapes: dict[InputRef, Shape] = {}
         requests: dict[InputRef, int] = {}
-        if self.embedding is not None:
+        if arch.uses("sparse"):
             shapes["sparse"], requests["sparse"] = (spec.n_sparse, D), spec.n_request_sparse if masked else 0
+        for f in self.history.features if self.history is not None else []:  # a history is request side
+            shapes[history_ref(f.name)], requests[history_ref(f.name)] = (f.max_len, D), f.max_len if masked else 0
         if arch.uses("dense"):
             if spec.n_dense == 0:
                 raise ValueError("architecture reads 'dense' but the feature spec has no dense features")
@@ -313,7 +325,9 @@ class RankingModel(nn.Module):
 
     @staticmethod
     def _source(ref: InputRef, dense: torch.Tensor | None, emb: torch.Tensor | None,
-                outs: list[torch.Tensor]) -> torch.Tensor:
+                outs: list[torch.Tensor], hist: dict | None = None) -> torch.Tensor:
+        if hist and ref in hist:
+            return hist[ref]
         if ref == "sparse":
             if emb is None:
                 raise ValueError("no sparse embedding was built")
@@ -341,24 +355,28 @@ class RankingModel(nn.Module):
         """Logits from the looked-up fields ``emb`` ``(B, n_sparse, D)`` and ``batch.dense``: every
         layer after the embedding lookup (``runtime.compile`` compiles this part alone)."""
         dense = self._dense(batch)
+        hist = self.history(batch, self.embedding, emb) if self.history is not None else None
         outs: list[torch.Tensor] = []
         for gene, adapter, block in zip(self.arch.blocks, self.adapters, self.blocks):
-            xs = adapter([self._source(r, dense, emb, outs) for r in gene.inputs])
+            xs = adapter([self._source(r, dense, emb, outs, hist) for r in gene.inputs])
             outs.append(block(*xs))
         feats = [_flat(self._source(r, dense, emb, outs)) for r in self.arch.head.inputs]
         return self.head(_cat(feats, self.head_r, self.arch.rocs))
 
     def flops(self) -> int:
-        """Forward FLOPs per example: embedding projections, blocks, input projections and head
-        (lookups are free)."""
+        """Forward FLOPs per example: embedding projections (of the fields and the histories' rows),
+        blocks, input projections and head (lookups are free)."""
         adapters = sum(a.flops() for a in self.adapters)
         blocks = sum(b.flops() for b in self.blocks)
-        stem = self.embedding.flops() if self.embedding is not None else 0
+        stem = self.embedding.flops() if self.embedding is not None and self.arch.uses("sparse") else 0
+        if self.history is not None:
+            stem += self.history.flops(self.embedding)
         return stem + adapters + blocks + self.head.flops()
 
     def sparse_parameters(self) -> Iterator[nn.Parameter]:
-        """The embedding tables."""
-        return iter(self.embedding.sparse_parameters()) if self.embedding is not None else iter(())
+        """The embedding tables (a history's own ones included)."""
+        tables = list(self.embedding.sparse_parameters()) if self.embedding is not None else []
+        return iter(tables + (self.history.sparse_parameters() if self.history is not None else []))
 
     def dense_parameters(self) -> Iterator[nn.Parameter]:
         """Every parameter that is not an embedding table."""

@@ -4,21 +4,27 @@ One template, every part optional; it holds DLRM, DCNv2, DeepFM, AutoInt, Wukong
 (:mod:`rankitect.space.baselines`)::
 
     x_dense = dense, or bottom MLP(dense)           bottom.layers (0 = none), bottom.width
+    h       = history block(history)                 history.op in {none, pool, target, transformer,
+                                                     cross} + its knobs (only with a history)
     fields  = embeddings (+ x_dense as tokens)       dense.path in {top, fields, both}, dense.tokens
-              or (+ buckets(dense))                  dense.fields in {tokens, buckets}
+              or (+ buckets(dense)) (+ h)            dense.fields in {tokens, buckets}, history.path
     fields  = layer_i(fields), i < depth            depth, L{i}.op in {attention, wukong, dhen} + its knobs
     inter   = readout(fields)                        readout in {flatten, dot, fm}
-    z       = [inter (+ x_dense if path is top/both)]
+    z       = [inter (+ x_dense if path is top/both) (+ h if history.path is top)]
     z       = [DCN(z + embeddings)]                  cross.layers (0 = none), cross.rank (0 = full)
     z       = z + [deep MLP(embeddings, x_dense)]    deep.layers (0 = none), deep.width
     logit   = head(z)                                top.layers, top.w0..top.w2
 
 Repairs (deterministic, in decode): ``dense.path = fields`` when nothing consumes fields (depth 0
 and readout ``flatten``) sends the dense vector to the top instead (``both`` likewise keeps only its
-top part). The DCN input always includes the flattened embeddings, so its width is at least
-``n_sparse * D``; ``cross.rank`` options must not exceed that for the data (the default menu,
-at most 64, fits any data with 4 or more sparse features at D = 16); the builder names the gene
-otherwise.
+top part), and the history block's output likewise. The DCN input always includes the flattened
+embeddings, so its width is at least ``n_sparse * D``; ``cross.rank`` options must not exceed that
+for the data (the default menu, at most 64, fits any data with 4 or more sparse features at D = 16);
+the builder names the gene otherwise.
+
+History: built with ``history=<sequence feature>`` (the data has one), the space routes it through
+a history block (:mod:`rankitect.space.history_choices`), whose output (fields) joins the field
+stream or goes to the top; without it the space is exactly the one without histories.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene, InputRef
+from rankitect.space.history_choices import HISTORY_OPS, HistoryChoices
 from rankitect.space.recipe_space import default_recipe_menus
 from rankitect.space.space import ROCS_SHARES, Choice, SearchSpace, as_tuple, register_space
 
@@ -66,7 +73,7 @@ class EngineerSpace(SearchSpace):
     def __init__(
         self, *, max_depth: int, embedding_dim: int, use_dense: bool, menus: dict[str, tuple[Any, ...]],
         rocs: bool = False, rocs_shares: Sequence[float | None] = ROCS_SHARES,
-        recipe: Mapping[str, Sequence[Any]] | None = None,
+        recipe: Mapping[str, Sequence[Any]] | None = None, history: HistoryChoices | None = None,
     ) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
             raise ValueError(f"option 'max_depth' must be an int >= 0, got {max_depth!r}")
@@ -76,8 +83,11 @@ class EngineerSpace(SearchSpace):
         self.max_depth, self.embedding_dim, self.use_dense = max_depth, embedding_dim, bool(use_dense)
         self.rocs = bool(rocs)
         self.menus = {**menus, "heads": heads, "ffn": (False, True), "combine": ("concat", "sum")}
+        self.history = history
         options = {"max_depth": max_depth, "embedding_dim": embedding_dim, "use_dense": self.use_dense, **menus,
                    "rocs": self.rocs}
+        if history is not None:  # only then: a space without history keeps its options (and identity)
+            options.update(history.options())
         super().__init__("engineer", self._choices(), options, rocs_shares=rocs_shares if self.rocs else None,
                          recipe=recipe)
 
@@ -106,6 +116,8 @@ class EngineerSpace(SearchSpace):
             Choice("top.layers", (0, 1, 2, 3)),
         ]
         out += [Choice(f"top.w{i}", m["widths"]) for i in range(3)]
+        if self.history is not None:
+            out += self.history.choices(self.menus["heads"])
         return out
 
     def _decode(self, s: Mapping[str, Any]) -> Architecture:
@@ -135,6 +147,11 @@ class EngineerSpace(SearchSpace):
             cur = ("sparse", add(BlockGene("buckets", ("dense",), {"dim": self.embedding_dim})))
         elif into_fields:
             cur, tokens = ("sparse", x_dense), s["dense.tokens"]
+        history, history_top = None, False
+        if self.history is not None and (gene := self.history.decode(s)) is not None:
+            history = add(gene)
+            history_top = (depth == 0 and readout == "flatten") or s["history.path"] == "top"
+            cur = cur if history_top else (*cur, history)
         for i in range(depth):
             op = s[f"L{i}.op"]
             knobs = {param: s[f"L{i}.{op}.{suffix}"] for suffix, (param, _) in LAYER_KNOBS[op].items()}
@@ -144,6 +161,8 @@ class EngineerSpace(SearchSpace):
         z: list[InputRef] = list(cur) if readout == "flatten" else [add(BlockGene(readout, cur, tokens=tokens))]
         if x_dense is not None and path in ("top", "both"):
             z.append(x_dense)
+        if history is not None and history_top:
+            z.append(history)
         if s["cross.layers"]:
             cross_in = (*z, "sparse") if "sparse" not in z else tuple(z)
             z = [add(BlockGene("dcn", cross_in, {"num_layers": s["cross.layers"], "low_rank": s["cross.rank"]}))]
@@ -168,7 +187,16 @@ class EngineerSpace(SearchSpace):
         buckets: int | None = None
         if p < len(genes) and genes[p].op == "buckets":
             out["dense.fields"], buckets, p = "buckets", p, p + 1
+        history: int | None = None
+        if self.history is not None:
+            read = self.history.encode(genes[p] if p < len(genes) else None)
+            out.update(read)
+            if read["history.op"] != "none":
+                history, p = p, p + 1
         first = genes[p] if p < len(genes) else None
+        if history is not None:
+            out["history.path"] = "fields" if first is not None and first.op in (*LAYER_OPS, *READOUTS) \
+                and history in first.inputs else "top"
         field_in = x_dense if buckets is None else buckets
         into_fields = first is not None and first.op in (*LAYER_OPS, *READOUTS) and field_in in first.inputs
         if into_fields and buckets is None:
@@ -218,6 +246,9 @@ def engineer_space(
     rocs: bool = False,
     rocs_shares: Sequence[float | None] = ROCS_SHARES,
     recipe: Mapping[str, Sequence[Any]] | None = None,
+    history: str | None = None,
+    history_ops: Sequence[str] = tuple(HISTORY_OPS),
+    history_widths: Sequence[int] = (20, 40, 80),
 ) -> EngineerSpace:
     """Stacks of attention / Wukong / DHEN layers, a readout, optional DCN, deep tower and top MLP.
 
@@ -229,6 +260,10 @@ def engineer_space(
     menu of their request share (:data:`~rankitect.space.space.ROCS_SHARES`). ``recipe`` maps
     recipe genes to their menus (``None``: the defaults of
     :func:`~rankitect.space.recipe_space.default_recipe_menus`; ``{}``: no recipe choice).
+    ``history`` names the data's sequence feature to route through a history block, chosen from
+    ``history_ops`` (``none``, ``pool``, ``target``, ``transformer``, ``cross``; a history that
+    shares no candidate table takes ``none`` and ``pool`` only) with ``history_widths`` the menu of
+    target attention's hidden width; ``None`` (the default): no history choice at all.
     """
     menus = {
         "widths": widths, "layer_widths": layer_widths, "fields": fields, "heads": heads,
@@ -239,4 +274,6 @@ def engineer_space(
         max_depth=max_depth, embedding_dim=embedding_dim, use_dense=use_dense,
         menus={k: as_tuple(k, v) for k, v in menus.items()}, rocs=rocs, rocs_shares=rocs_shares,
         recipe=default_recipe_menus(embedding_dim) if recipe is None else recipe,
+        history=None if history is None else HistoryChoices(history, as_tuple("history_ops", history_ops),
+                                                            as_tuple("history_widths", history_widths)),
     )

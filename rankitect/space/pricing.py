@@ -186,9 +186,11 @@ def _saved_per_part(model: RankingModel, rows: int) -> dict[str, int]:
         dense = torch.zeros(rows, spec.n_dense)
         emb = None if model.embedding is None else torch.zeros(rows, spec.n_sparse, arch.embedding_dim,
                                                                 requires_grad=True)
+        batch = SimpleNamespace(dense=dense, history_padded=lambda name, length: (
+            torch.zeros(rows, length, dtype=torch.long), torch.ones(rows, length, dtype=torch.bool)))
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                model.forward_dense(SimpleNamespace(dense=dense), emb)
+                model.forward_dense(batch, emb)
         finally:
             for h in hooks:
                 h.remove()

@@ -9,15 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 from rankitect.data.batch import Batch, make_batch
-from rankitect.data.spec import DenseFeature, FeatureSpec, SparseFeature
+from rankitect.data.spec import DenseFeature, FeatureSpec, SequenceFeature, SparseFeature
 
 
-def tiny_spec(n_dense: int = 4, n_sparse: int = 6) -> FeatureSpec:
+def tiny_spec(n_dense: int = 4, n_sparse: int = 6, history: int = 0) -> FeatureSpec:
     """``n_dense`` dense and ``n_sparse`` sparse features; the last of each kind is request side.
+    ``history > 0`` adds a history ``h0`` of that many ids sharing the candidate feature ``s0``.
 
     >>> spec = tiny_spec()
     >>> spec.n_dense, spec.n_sparse, spec.n_request_sparse, [f.vocab_size for f in spec.sparse][:3]
     (4, 6, 1, [5, 8, 11])
+    >>> tiny_spec(history=3).sequence[0]
+    SequenceFeature(name='h0', max_len=3, vocab_size=5, shares='s0', side='request')
     """
     dense = tuple(
         DenseFeature(f"d{i}", side="request" if i == n_dense - 1 else "candidate") for i in range(n_dense)
@@ -26,13 +29,15 @@ def tiny_spec(n_dense: int = 4, n_sparse: int = 6) -> FeatureSpec:
         SparseFeature(f"s{i}", 5 + 3 * i, side="request" if i == n_sparse - 1 else "candidate")
         for i in range(n_sparse)
     )
-    return FeatureSpec(dense=dense, sparse=sparse, name="tiny")
+    sequence = (SequenceFeature("h0", history, sparse[0].vocab_size, shares="s0"),) if history else ()
+    return FeatureSpec(dense=dense, sparse=sparse, name="tiny", sequence=sequence)
 
 
 def tiny_batch(spec: FeatureSpec, batch_size: int = 4, seed: int = 0, *, per_request: int = 2) -> Batch:
     """A random batch for ``spec``: normal dense values, uniform ids, random labels.
 
-    Rows come in requests of ``per_request`` candidates that share their request-side features.
+    Rows come in requests of ``per_request`` candidates that share their request-side features (and
+    their histories: of every length from 0 to ``max_len``, ids drawn after everything else).
 
     >>> b = tiny_batch(tiny_spec(), 4)
     >>> tuple(b.dense.shape), b.request_ids.tolist(), bool((b.sparse_ids()[0] == b.sparse_ids()[1])[-1])
@@ -50,4 +55,10 @@ def tiny_batch(spec: FeatureSpec, batch_size: int = 4, seed: int = 0, *, per_req
         if f.side == "request":
             ids[:, j] = ids[first, j]
     labels = rng.integers(0, 2, batch_size).astype(np.float32)
-    return make_batch(dense, ids, labels, request_ids, keys=spec.sparse_names)
+    history = {}
+    for f in spec.sequence:
+        lengths = rng.integers(0, f.max_len + 1, batch_size)[first]
+        padded = rng.integers(1, f.vocab_size, (batch_size, f.max_len))[first]
+        padded[np.arange(f.max_len) < (f.max_len - lengths)[:, None]] = 0  # pads first
+        history[f.name] = (padded, lengths)
+    return make_batch(dense, ids, labels, request_ids, keys=spec.sparse_names, history=history or None)

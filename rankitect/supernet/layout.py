@@ -47,6 +47,7 @@ class Site:
             projected to ``tokens`` tokens for a field op.
         left: the left input's segments of a two-input flat op.
         tokens: the widest token count of a field op's projected flat inputs.
+        sequence: the history a history op reads (``"history:<name>"``), its one input.
     """
 
     key: str
@@ -57,6 +58,7 @@ class Site:
     flats: Segments = ()
     left: Segments = ()
     tokens: int = 1
+    sequence: str | None = None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from rankitect.blocks.base import FIELD, Block, build_block, get_block_class
 from rankitect.space.embedding import SparseEmbedding
 from rankitect.data.batch import Batch
 from rankitect.data.spec import FeatureSpec
-from rankitect.space.architecture import Architecture, InputRef
+from rankitect.space.architecture import Architecture, InputRef, history_ref
 from rankitect.space.builder import DenseStandardizer, Head, InputAdapter, RankingModel, build_model
 from rankitect.space.recipe import vocab_group
 from rankitect.space.recipe_space import PREFIX
@@ -63,7 +63,10 @@ from rankitect.supernet.layout import Layout, Role
 from rankitect.supernet.presets import layout_for
 from rankitect.supernet.widest import SharedBlock, SupernetHead, Value, offset_of, units_of
 from rankitect.supernet.cut import Params, Take, flat_positions, pick, slice_block
-from rankitect.supernet.stem import has_head_norms, path_fields, recipe_gates, stem_flops, stem_state, table_widths
+from rankitect.supernet.stem import (
+    has_head_norms, history_flops, history_state, path_fields, path_histories, recipe_gates, stem_flops, stem_state,
+    table_widths,
+)
 from rankitect.supernet.steps import GeneStep, MixedOp, PathPlan, scale
 
 Shape = tuple[int, ...]
@@ -126,6 +129,12 @@ class Supernet(nn.Module):
         shapes: dict[str, Shape] = {"sparse": (spec.n_sparse, self.dim)}
         if spec.n_dense:
             shapes["dense"] = (spec.n_dense,)
+        # The history the space routes (engineer's ``history`` option): (max_len, D); an own table if it shares none.
+        routed = getattr(space, "history", None)
+        self.histories = [spec.sequence_feature(routed.name)] if routed is not None else []
+        self.history_tables = nn.ModuleDict({f.name: nn.Embedding(f.vocab_size, self.dim, sparse=True)
+                                             for f in self.histories if f.shares is None})
+        shapes.update({history_ref(f.name): (f.max_len, self.dim) for f in self.histories})
         grouped: dict[str, dict[str, SharedBlock]] = {}
         for site in self.layout.sites():
             shared = SharedBlock(site, shapes, self.dim)
@@ -163,6 +172,8 @@ class Supernet(nn.Module):
         values: dict[InputRef, Value] = {"sparse": Value("sparse", torch.arange(self.spec.n_sparse), True)}
         if self.spec.n_dense:
             values["dense"] = Value("dense", torch.arange(self.spec.n_dense), False)
+        for f in self.histories:  # a history: its positions, read whole by its block
+            values[history_ref(f.name)] = Value(history_ref(f.name), torch.arange(f.max_len), True)
         steps = [self._plan_gene(arch, i, role, values) for i, role in enumerate(roles)]
         head_inputs = [values[r] for r in arch.head.inputs]
         pos = [offset_of(self.head.offsets, v.port, "head")
@@ -253,10 +264,13 @@ class Supernet(nn.Module):
                  take: Take = pick) -> torch.Tensor:
         """The head's input of ``path`` on ``batch``: its inputs flattened and concatenated ``(B, W)``."""
         plan = self.plan(path)
-        outs: dict[InputRef, torch.Tensor] = {"dense": self.standardize(batch.dense)}
-        if plan.arch.uses("sparse"):
+        outs: dict[InputRef, Any] = {"dense": self.standardize(batch.dense)}
+        histories = [f for f in self.histories if plan.arch.uses(history_ref(f.name))]
+        if plan.arch.uses("sparse") or histories:  # the fields are the histories' targets too
             outs["sparse"] = path_fields(self.embedding, self.projections, self.field_groups, self.dim,
                                           batch.sparse, plan.arch.recipe, take)
+        outs.update(path_histories(self.embedding, self.projections, self.field_groups, self.dim, batch,
+                                   plan.arch.recipe, histories, outs.get("sparse"), self.history_tables, take))
         plan.head.train(self.training)  # templates live outside the module tree: dropout follows the supernet
         for step in plan.steps:
             step.adapter.train(self.training)
@@ -322,7 +336,10 @@ class Supernet(nn.Module):
 
     def _arch_flops(self, arch: Architecture) -> int:
         shapes: dict[InputRef, Shape] = {"sparse": (self.spec.n_sparse, self.dim), "dense": (self.spec.n_dense,)}
-        total = 0
+        shapes.update({history_ref(f.name): (f.max_len, self.dim) for f in self.histories})
+        total = history_flops(arch.recipe, self.field_groups, self.dim,
+                              [f for f in self.histories if arch.uses(history_ref(f.name))],
+                              self.embedding.feature_names)
         for i, gene in enumerate(arch.blocks):
             adapter, block = self._gene_templates(gene, [shapes[r] for r in gene.inputs], meta=True)
             total += adapter.flops() + block.flops()
@@ -346,7 +363,7 @@ class Supernet(nn.Module):
         path = self.as_path(arch_or_path)
         plan = self.plan(path)
         model = build_model(plan.arch, self.spec)
-        state = stem_state(model, self.embedding, self.projections)
+        state = {**stem_state(model, self.embedding, self.projections), **history_state(model, self.history_tables)}
         for i, step in enumerate(plan.steps):
             adapter, block = step.params(self.ops[step.site].options[step.option])
             state.update({f"adapters.{i}.{k}": v for k, v in adapter.items()})

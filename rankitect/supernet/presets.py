@@ -17,8 +17,9 @@ from typing import Any
 
 from rankitect.blocks.dhen import MODULES
 from rankitect.data.spec import FeatureSpec
-from rankitect.space.architecture import Architecture, InputRef
+from rankitect.space.architecture import Architecture, InputRef, history_ref
 from rankitect.space.engineer import LAYER_KNOBS, LAYER_OPS, READOUTS, EngineerSpace
+from rankitect.space.history_choices import HISTORY_OPS, KNOBS as HISTORY_KNOBS
 from rankitect.space.nasrec import FLAT_OPS, NasrecSpace
 from rankitect.space.space import SearchSpace
 from rankitect.supernet.layout import HeadSite, Layout, Role, Segments, Site, check_ops, separate, shared
@@ -134,7 +135,10 @@ class EngineerLayout(Layout):
     """Sites ``bottom``, ``buckets``, ``L{i}/{attention/h<heads>,wukong,dhen}``, ``readout/{dot,fm}``,
     ``cross/{full,low}``, ``deep``; ports of the same names. The dense vector (raw or bottom MLP) is
     one shared segment, as are the alternatives of what a stage reads (which layer is last, readout
-    or flattened fields); the bucket fields are a segment of their own beside the embeddings.
+    or flattened fields); the bucket fields are a segment of their own beside the embeddings. With a
+    history: sites ``history/{pool,target,transformer/h<heads>,cross/h<heads>}`` reading it, writing
+    port ``history``, a segment of its own wherever it may go (the first layer, the readout, the
+    cross and the head).
     """
 
     def __init__(self, space: EngineerSpace, spec: FeatureSpec) -> None:
@@ -143,6 +147,8 @@ class EngineerLayout(Layout):
         self.use_dense = space.use_dense
         self.x_dense = shared(["dense", "bottom"]) if self.use_dense else ()
         self.layers = [f"L{i}" for i in range(space.max_depth)]
+        self.history = space.history
+        self.hist: Segments = separate(["history"]) if self.history is not None else ()
 
     def _menu(self, name: str) -> Any:
         return max(self.space.menus[name])
@@ -167,6 +173,20 @@ class EngineerLayout(Layout):
                 out.append((op, op, self._layer_params(op)))
         return out
 
+    def _history_sites(self) -> list[Site]:
+        """One site per history op of the menu; one per head count for the attention ops (as the layers')."""
+        if self.history is None:
+            return []
+        ref, sites = history_ref(self.history.name), []
+        for op in self.history.ops:
+            if op in ("pool", "target"):
+                params = {"width": max(self.history.widths)} if op == "target" else {}
+                sites.append(Site(f"history/{op}", HISTORY_OPS[op], params, ("history",), sequence=ref))
+            elif op in ("transformer", "cross"):
+                sites += [Site(f"history/{op}/h{h}", HISTORY_OPS[op], {"num_heads": h}, ("history",), sequence=ref)
+                          for h in self.space.menus["heads"]]
+        return sites
+
     def sites(self) -> list[Site]:
         s, width, tokens = self.space, self._menu("widths"), self._menu("dense_tokens")
         sites = []
@@ -177,16 +197,17 @@ class EngineerLayout(Layout):
             sites.append(Site("buckets", "buckets", {"dim": self.embedding_dim}, ("buckets",),
                               flats=separate(["dense"])))
             buckets = separate(["buckets"])
+        sites += self._history_sites()
         for i, name in enumerate(self.layers):
-            fields = (*separate(["sparse"]), *buckets) if i == 0 else separate([self.layers[i - 1]])
+            fields = (*separate(["sparse"]), *buckets, *self.hist) if i == 0 else separate([self.layers[i - 1]])
             flats = self.x_dense if i == 0 else ()
             sites += [Site(f"{name}/{key}", op, params, (name,), fields=fields, flats=flats, tokens=tokens)
                       for key, op, params in self._layer_sites()]
         stream = shared(["sparse", *self.layers])
-        sites += [Site(f"readout/{op}", op, {}, ("readout",), fields=(*stream, *buckets), flats=self.x_dense,
-                       tokens=tokens)
+        sites += [Site(f"readout/{op}", op, {}, ("readout",), fields=(*stream, *buckets, *self.hist),
+                       flats=self.x_dense, tokens=tokens)
                   for op in READOUTS if op != "flatten"]
-        z = [*shared(["readout", *self.layers]), ("sparse",), *self.x_dense]
+        z = [*shared(["readout", *self.layers]), ("sparse",), *self.x_dense, *self.hist]
         rank, depth = self._menu("cross_ranks"), _largest(s, "cross.layers")
         sites.append(Site("cross/full", "dcn", {"num_layers": depth, "low_rank": 0}, ("cross",), flats=tuple(z)))
         if rank:
@@ -197,7 +218,7 @@ class EngineerLayout(Layout):
         return sites
 
     def head(self) -> HeadSite:
-        flats = (*shared(["cross", "readout", *self.layers]), ("sparse",), *self.x_dense, ("deep",))
+        flats = (*shared(["cross", "readout", *self.layers]), ("sparse",), *self.x_dense, ("deep",), *self.hist)
         depths = tuple(sorted(self.space.choices["top.layers"].options))
         return HeadSite(flats, (self._menu("widths"),) * max(depths), depths)
 
@@ -209,6 +230,7 @@ class EngineerLayout(Layout):
             roles.append(Role("bottom", "bottom", ("bottom.layers", "bottom.width")))
         if any(g.op == "buckets" for g in arch.blocks):
             roles.append(Role("buckets", "buckets", ("dense.path", "dense.fields")))
+        roles += self._history_roles(s)
         for i in range(s["depth"]):
             op = s[f"L{i}.op"]
             knobs = tuple(f"L{i}.{op}.{suffix}" for suffix in LAYER_KNOBS[op])
@@ -223,10 +245,22 @@ class EngineerLayout(Layout):
             roles.append(Role("deep", "deep", ("deep.layers", "deep.width")))
         check_ops(arch, roles, {site.key: site for site in self.sites()})
         dense_gates = self._dense_gates(s, bottom)
-        full = [Role(r.key, r.port, r.gates, tuple(dense_gates(ref, r.key) for ref in g.inputs))
+        history = next((i for i, r in enumerate(roles) if r.port == "history"), None)
+        path_gates = ("history.path",) if s["depth"] > 0 or s["readout"] != "flatten" else ()
+        full = [Role(r.key, r.port, r.gates, tuple(path_gates if ref == history and history is not None
+                                                   else dense_gates(ref, r.key) for ref in g.inputs))
                 for r, g in zip(roles, arch.blocks)]
         head = ("top.layers", *(f"top.w{i}" for i in range(s["top.layers"])))
         return full, head
+
+    def _history_roles(self, s: Mapping[str, Any]) -> list[Role]:
+        """The history gene's role (none without a history or with ``history.op = none``)."""
+        if self.history is None or s["history.op"] == "none":
+            return []
+        op = s["history.op"]
+        knobs = tuple(f"history.{op}.{suffix}" for suffix in HISTORY_KNOBS[op])
+        key = f"history/{op}/h{s[f'history.{op}.heads']}" if op in ("transformer", "cross") else f"history/{op}"
+        return [Role(key, "history", ("history.op", *knobs))]
 
     def _dense_gates(self, s: Mapping[str, Any], bottom: bool):
         """Labels gating the dense vector where it is read: its path, and its tokens in the fields."""

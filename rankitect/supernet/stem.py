@@ -11,11 +11,16 @@ The tables and projections stay the :class:`~rankitect.supernet.model.Supernet`'
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from rankitect.blocks.sequence import History
+from rankitect.data.spec import SequenceFeature
+from rankitect.space.architecture import history_ref
 from rankitect.space.builder import RankingModel
 from rankitect.space.embedding import SparseEmbedding
 from rankitect.space.recipe import Recipe
@@ -76,6 +81,40 @@ def path_fields(embedding: SparseEmbedding, projections: nn.ModuleDict, groups: 
     return torch.stack(parts, dim=1)  # n_sparse x (B, D) -> (B, n_sparse, D)
 
 
+def path_histories(embedding: SparseEmbedding, projections: nn.ModuleDict, groups: list[str], dim: int,
+                   batch: Any, recipe: Recipe, features: list[SequenceFeature], fields: torch.Tensor | None,
+                   own: nn.ModuleDict, take: Take = pick) -> dict[str, History]:
+    """The histories ``features`` of a path with ``recipe``'s table widths: a shared history's rows
+    are its table's first columns (projected to ``D`` as its field's are), its target the field in
+    ``fields`` ``(B, n_sparse, D)``; an own history reads its table in ``own``."""
+    out = {}
+    for f in features:
+        ids, mask = batch.history_padded(f.name, f.max_len)  # (B, L) each
+        if f.shares is None:
+            seq = F.embedding(ids, own[f.name].weight, sparse=True)  # (B, L, D)
+            target = seq.new_zeros(ids.shape[0], dim)
+        else:
+            k = embedding.feature_names.index(f.shares)
+            d = recipe.group_dim(groups[k], dim)
+            seq = F.embedding(ids, embedding.table(f.shares), sparse=True)[..., :d]  # (B, L, W) -> (B, L, d)
+            if d != dim:
+                seq = F.linear(seq, take(projections[groups[k]].weight, None, d))  # (B, L, d) -> (B, L, D)
+            target = fields[:, k] if fields is not None else seq.new_zeros(ids.shape[0], dim)
+        out[history_ref(f.name)] = History(seq, mask, target)
+    return out
+
+
+def history_flops(recipe: Recipe, groups: list[str], dim: int, features: list[SequenceFeature],
+                  names: list[str]) -> int:
+    """Forward FLOPs per example of projecting shared history rows narrower than ``dim`` (``names``:
+    the sparse features in field order)."""
+    total = 0
+    for f in features:
+        if f.shares is not None and recipe.group_dim(groups[names.index(f.shares)], dim) != dim:
+            total += 2 * f.max_len * recipe.group_dim(groups[names.index(f.shares)], dim) * dim
+    return total
+
+
 def stem_flops(recipe: Recipe, groups: list[str], dim: int) -> int:
     """Forward FLOPs per example of the projections of the tables that are not ``dim`` wide."""
     return sum(2 * recipe.group_dim(g, dim) * dim for g in groups if recipe.group_dim(g, dim) != dim)
@@ -93,4 +132,12 @@ def stem_state(model: RankingModel, embedding: SparseEmbedding, projections: nn.
     return state
 
 
-__all__ = ["has_head_norms", "path_fields", "recipe_gates", "stem_flops", "stem_state", "table_widths"]
+def history_state(model: RankingModel, own: nn.ModuleDict) -> Params:
+    """The own history tables of ``model`` (shared ones are the embedding's, in :func:`stem_state`)."""
+    if model.history is None:
+        return {}
+    return {f"history.tables.{name}.weight": own[name].weight for name in model.history.tables}
+
+
+__all__ = ["has_head_norms", "history_flops", "history_state", "path_fields", "path_histories", "recipe_gates",
+           "stem_flops", "stem_state", "table_widths"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rankitect.blocks.base import FIELD, build_block, get_block_class
+from rankitect.blocks.base import FIELD, SEQUENCE, build_block, get_block_class
 from rankitect.blocks.common import MaskedLinear
 from rankitect.supernet.layout import HeadSite, Segments, Site
 from rankitect.supernet.cut import InPos, Params, Take, flat_positions, linear, pick, widest_params
@@ -74,11 +74,15 @@ class SharedBlock(nn.Module):
         self.left_off, left_units = _offsets(site.left, shapes, units_of, site.key)
         self.fields = fields
         self.proj: MaskedLinear | None = None
-        if cls.in_kind == FIELD:
+        if cls.in_kind == SEQUENCE:  # a history, (max_len, D): nothing to lay out
+            if site.sequence not in shapes:
+                raise ValueError(f"supernet site {site.key!r}: no history {site.sequence!r} in the data")
+            in_shape: Shape = shapes[site.sequence]
+        elif cls.in_kind == FIELD:
             if units:
                 self.proj = MaskedLinear(units, site.tokens * dim)
                 fields += site.tokens
-            in_shape: Shape = (fields, dim)
+            in_shape = (fields, dim)
         elif cls.num_inputs == 2:
             in_shape = (left_units, units)
         else:
@@ -91,6 +95,8 @@ class SharedBlock(nn.Module):
         key = self.site.key
         units = [v.pos if not v.is_field else flat_positions(v.pos, self.dim) for v in inputs]
         cls = get_block_class(self.site.op)
+        if cls.in_kind == SEQUENCE:
+            return inputs[0].pos, None  # the history's positions, all of them
         if cls.in_kind == FIELD:
             field_pos = [offset_of(self.field_off, v.port, key) + v.pos for v in inputs if v.is_field]
             flat_cols = [offset_of(self.flat_off, v.port, key) + u for v, u in zip(inputs, units) if not v.is_field]

@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rankitect.config import TrainConfig
-from rankitect.data.batch import Batch, make_batch
+from rankitect.data.batch import Batch, batch_history, make_batch
 from rankitect.errors import ConfigError
 from rankitect.eval.metrics import MetricAccumulator
 from rankitect.space.architecture import Architecture
@@ -145,6 +145,8 @@ def shard_model(model: RankingModel, env: DistEnv, cfg: TrainConfig) -> tuple[nn
 
     if model.embedding is None:
         raise ValueError("sharding needs an architecture that reads 'sparse'; this one has no embedding tables")
+    if model.history is not None:  # a history reads its table row by row, which a sharded collection does not give
+        raise ValueError("sharding: an architecture that reads a history (a history block) is not sharded yet")
     fused = {
         "optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
         "learning_rate": cfg.lr_sparse,
@@ -197,7 +199,7 @@ def take_rows(batch: Batch, rows: slice | torch.Tensor) -> Batch:
     probs = None if batch.probs is None else batch.probs[rows]
     return make_batch(
         batch.dense[rows], batch.sparse_ids()[rows], batch.labels[rows], batch.request_ids[rows],
-        keys=list(batch.sparse.keys()), probs=probs,
+        keys=list(batch.sparse.keys()), probs=probs, history=batch_history(batch, rows) or None,
     )
 
 

@@ -30,6 +30,18 @@ ALL_OPS = Architecture(
     HeadGene((9, 10, 11, "dense"), (5,)),
     embedding_dim=3,
 )
+# Every history op, reading the history of tiny_spec(history=...) ("h0", sharing s0's table).
+HISTORY_OPS = Architecture(
+    (
+        BlockGene("history_pool", ("history:h0",), {"mode": "sum"}),
+        BlockGene("target_attention", ("history:h0",), {"width": 4}),
+        BlockGene("history_transformer", ("history:h0",), {"num_heads": 1}),
+        BlockGene("history_cross", ("history:h0",), {"num_heads": 3, "encoder": True}),
+        BlockGene("attention", ("sparse", 0, 1, "dense"), {"num_heads": 1}),
+    ),
+    HeadGene((4, 2, 3, "dense"), (5,)),
+    embedding_dim=3,
+)
 DENSE_ONLY = Architecture((BlockGene("dcn", ("dense",), {"num_layers": 1}),), HeadGene((0, "dense"), ()), 4)
 SPARSE_ONLY = Architecture((BlockGene("fm", ("sparse",)),), HeadGene((0, "sparse"), (3,)), 4)
 SMALL_NASREC = {"widths": (8, 16), "tokens": (2, 4), "merge_tokens": 2, "embedding_dim": 4}

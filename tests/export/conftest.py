@@ -58,6 +58,10 @@ def exported_model(arch: Architecture, spec: FeatureSpec, model: RankingModel, d
 def assert_same_logits(model: RankingModel, exported: torch.nn.Module, batch: Batch) -> None:
     with torch.no_grad():
         expected = model(batch)
-        got = exported(batch.dense, batch.sparse_ids())
+        if model.history is None:
+            got = exported(batch.dense, batch.sparse_ids())
+        else:  # one (ids, mask) pair per sequence feature of the spec
+            history = [batch.history_padded(f.name, f.max_len) for f in model.spec.sequence]
+            got = exported(batch.dense, batch.sparse_ids(), history)
     assert got.shape == expected.shape == (len(batch),)
     assert (got - expected).abs().max().item() <= 1e-6

@@ -14,14 +14,37 @@ from rankitect.export import audit_source, generate_source
 from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.baselines import BASELINES
 from rankitect.space.testing import tiny_batch, tiny_spec
-from tests.export.archs import ALL_OPS, DENSE_ONLY, SMALL_ENGINEER, SMALL_NASREC, SPARSE_ONLY, every_mask, sampled
+from tests.export.archs import (
+    ALL_OPS, DENSE_ONLY, HISTORY_OPS, SMALL_ENGINEER, SMALL_NASREC, SPARSE_ONLY, every_mask, sampled,
+)
 from tests.export.conftest import assert_same_logits, exported_model, perturbed_model
 
 HAND_WRITTEN = [a for arch in (ALL_OPS, DENSE_ONLY, SPARSE_ONLY) for a in every_mask(arch)]
 
 
 def test_hand_written_genotypes_use_every_op() -> None:
-    assert {g.op for g in ALL_OPS.blocks} == set(BLOCKS)
+    assert {g.op for g in ALL_OPS.blocks} | {g.op for g in HISTORY_OPS.blocks} == set(BLOCKS)
+
+
+@pytest.mark.parametrize("arch", every_mask(HISTORY_OPS), ids=lambda a: f"rocs={a.rocs}-share={a.rocs_share}")
+def test_exported_history_model_equals_rankitect_model(arch: Architecture, tmp_path: Path) -> None:
+    spec = tiny_spec(history=5)
+    model = perturbed_model(arch, spec)
+    exported = exported_model(arch, spec, model, tmp_path)
+    for batch_size in (1, 6):
+        assert_same_logits(model, exported, tiny_batch(spec, batch_size, seed=batch_size))
+
+
+def test_sampled_history_architectures_and_history_baselines_export(tmp_path: Path) -> None:
+    from rankitect.space.baselines import HISTORY_BASELINES
+
+    spec = tiny_spec(history=4)
+    batch = tiny_batch(spec, 6, seed=3)
+    archs = sampled("engineer", {**SMALL_ENGINEER, "history": "h0"}, 6, seed=5)
+    archs += [make(spec, 4) for make in HISTORY_BASELINES.values()]
+    for i, arch in enumerate(archs):
+        model = perturbed_model(arch, spec, seed=i)
+        assert_same_logits(model, exported_model(arch, spec, model, tmp_path), batch)
 
 
 @pytest.mark.parametrize("arch", HAND_WRITTEN, ids=lambda a: f"{a.hash}-rocs={a.rocs}-share={a.rocs_share}")

@@ -113,6 +113,22 @@ def test_carving_holds_out_whole_requests_the_same_way_every_time(tmp_path) -> N
     assert carved.split("train") is not None and len(carved.split("test")) == len(data.split("test"))
 
 
+def test_carving_keeps_each_row_with_its_history(tmp_path) -> None:
+    from rankitect.data import open_data
+
+    data = open_data("synthetic-categorical", rows=3000, history=5, cache_dir=tmp_path)
+    val, held = data.split("val"), data.with_verdict(0.5).split("verdict")
+    row_of = {int(r): i for i, r in enumerate(np.asarray(val.request_ids))}  # a request's first row in val
+    first = np.unique(np.asarray(held.request_ids), return_index=True)[1]
+    for j in first:  # every held-out request: its history as the validation split holds it
+        i = row_of[int(held.request_ids[j])]
+        for name, (ids, lengths) in held.history.items():
+            np.testing.assert_array_equal(ids[j], val.history[name][0][i])
+            assert lengths[j] == val.history[name][1][i]
+    batch = next(iter(held.batches(64, shuffle=False)))
+    assert batch.history is not None and len(batch) == min(64, len(held))
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_search_holds_the_rows_out_and_judges_on_them(env, monkeypatch, workers: int) -> None:
     import rankitect.data.clickdata as clickdata

@@ -15,6 +15,7 @@ from rankitect.space.architecture import Architecture, BlockGene, HeadGene
 from rankitect.space.builder import build_model
 from rankitect.space.flops import cost
 from rankitect.space.space import get_space
+from rankitect.space.testing import tiny_batch, tiny_spec
 
 from .conftest import small_space
 
@@ -53,6 +54,10 @@ ONE_BLOCK: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
     ("gating", ("dense", "sparse"), {"width": 6}, 1),
     ("sum", ("sparse", "dense"), {"width": 6}, 1),
     ("buckets", ("dense",), {"dim": 4, "bins": 4}, 1),
+    ("history_pool", ("history:h0",), {"mode": "mean"}, 1),
+    ("target_attention", ("history:h0",), {"width": 6}, 1),
+    ("history_transformer", ("history:h0",), {"num_heads": 2}, 1),
+    ("history_cross", ("history:h0",), {"num_heads": 2, "encoder": True}, 1),
 ]
 
 
@@ -67,6 +72,9 @@ def test_one_block_architectures(
     """Every block, unmasked and masked (the head's hidden layers masked too), at two shares."""
     head = HeadGene((0, "sparse"), (5, 3))
     arch = Architecture((BlockGene(op, inputs, knobs, tokens=tokens),), head, 4, rocs=rocs, rocs_share=share)
+    if arch.histories():  # a history block: data with a history (sharing s0's table)
+        spec = tiny_spec(history=3)
+        batch = tiny_batch(spec, B)
     check(arch, spec, batch)
 
 

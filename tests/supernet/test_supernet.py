@@ -41,6 +41,29 @@ def test_fixed_path_equals_extracted_standalone_model(preset: str, spec: Feature
         assert worst <= 1e-5, (space.decode(path).to_json(), worst)
 
 
+def test_history_paths_equal_their_extracted_models_and_cost() -> None:
+    """The engineer space on data with a history: every history op at every knob, cut exactly."""
+    from rankitect.space.testing import tiny_spec
+    from tests.space.conftest import SMALL_ENGINEER
+
+    spec = tiny_spec(history=5)
+    space = get_space("engineer", **SMALL_ENGINEER, history="h0")
+    supernet = perturbed(Supernet(space, spec), 1)
+    batch = tiny_batch(spec, 8, seed=3)
+    rng, seen = np.random.default_rng(7), set()
+    for _ in range(60):
+        path = {**space.sample(rng), "recipe.dropout": 0.0}
+        seen.add(path["history.op"])
+        model = supernet.extract(path)
+        torch.manual_seed(0)
+        got = supernet(batch, path)
+        torch.manual_seed(0)
+        worst = (got - model(batch)).abs().max().item()
+        assert worst <= 1e-5, (space.decode(path).to_json(), worst)
+        assert supernet.path_flops(path) == cost(space.decode(path), spec).flops
+    assert seen == {"none", "pool", "target", "transformer", "cross"}
+
+
 @pytest.mark.parametrize("preset", ["nasrec", "engineer"])
 def test_path_flops_are_the_analytic_cost(preset: str, spec: FeatureSpec) -> None:
     space = small_space(preset)

@@ -51,7 +51,7 @@ import numpy as np
 
 from rankitect.data.spec import FeatureSpec
 from rankitect.space.architecture import Architecture
-from rankitect.space.baselines import BASELINES, get_baseline
+from rankitect.space.baselines import BASELINES, baselines_for, get_baseline, history_options
 from rankitect.space.flops import cost
 from rankitect.space.recipe import DIM_GENES, GROUP_NAMES, vocab_group
 from rankitect.space.recipe_space import default_recipe_menus
@@ -216,7 +216,7 @@ def sized_space(
         raise ValueError(f"search space {name!r} has no sized menus; sized: {list(SIZED)}")
     _, high = check_flops_range(flops_range)
     base = {"embedding_dim": embedding_dim, "use_dense": spec.n_dense > 0, "rocs": rocs,
-            "recipe": recipe_menus_for(spec, embedding_dim)}
+            "recipe": recipe_menus_for(spec, embedding_dim), **_history(name, spec)}
     chosen = TOPS[0]
     for top in TOPS[1:]:  # the widest ladder whose candidates stay within the upper end
         space = get_space(name, **base, **_menus(name, spec, top, embedding_dim, baselines=False))
@@ -235,15 +235,22 @@ def space_for(
     ``[low, high]`` MFLOPs), or with its own menus (``flops_range=None``, or ``nasrec_full``)."""
     use_dense = spec.n_dense > 0
     if flops_range is None or name not in SIZED:
-        return get_space(name, use_dense=use_dense, rocs=rocs, recipe=recipe_menus_for(spec))
+        return get_space(name, use_dense=use_dense, rocs=rocs, recipe=recipe_menus_for(spec), **_history(name, spec))
     span = auto_flops_range(spec) if flops_range == "auto" else check_flops_range(flops_range)
     return sized_space(name, spec, span, rocs=rocs)
 
 
+def _history(name: str, spec: FeatureSpec) -> dict[str, Any]:
+    """The history options of preset ``name`` for ``spec``: the ``engineer`` space routes the data's
+    history (:func:`~rankitect.space.baselines.history_options`); the others have no history choice."""
+    return history_options(spec) if name == "engineer" else {}
+
+
 def contains_baselines(space: SearchSpace, spec: FeatureSpec) -> dict[str, bool]:
-    """For every baseline built for ``spec`` at the space's embedding dimension: is it in ``space``?"""
+    """For every baseline built for ``spec`` (DIN and BST too, on data with a history) at the space's
+    embedding dimension: is it in ``space``?"""
     dim = space.options.get("embedding_dim", 16)
-    archs: dict[str, Architecture] = {n: get_baseline(n, spec, embedding_dim=dim) for n in BASELINES}
+    archs: dict[str, Architecture] = {n: get_baseline(n, spec, embedding_dim=dim) for n in baselines_for(spec)}
     return {n: space.contains(a) for n, a in archs.items()}
 
 

@@ -107,6 +107,7 @@ class SearchRunner:
     ) -> None:
         from rankitect.data import open_data
         from rankitect.search.proposing.sizing import space_for
+        from rankitect.space.baselines import with_history_baselines
         from rankitect.track import Tracker
         from rankitect.train.protocol import Schedule, check_warmup
 
@@ -131,6 +132,9 @@ class SearchRunner:
         # other part of the search sees the rest as the validation split
         self.data = self.data.with_verdict(cfg.search.verdict.fraction)
         check_identity(self.identity, state, self.shared)
+        # DIN and BST join the default baselines on data with a history (the identity keeps the list as given)
+        self.cfg = replace(cfg, search=replace(cfg.search, baselines=with_history_baselines(cfg.search.baselines,
+                                                                                            self.data.spec)))
         check_warmup(cfg.train, Schedule.for_data(cfg.train, self.data).total_steps)
         self.space = space_for(cfg.search.space, self.data.spec, cfg.search.flops_range, rocs=cfg.search.rocs)
         objective = objective_from_config(cfg.search)
