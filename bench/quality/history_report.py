@@ -29,7 +29,7 @@ import pandas as pd
 
 from bench.common import parse_args
 from rankitect.search.judging.selection import paired_gain
-from rankitect.search.judging.standings import ValLosses
+from rankitect.search.judging.standings import ExampleLosses
 from rankitect.space.baselines import BASELINES, HISTORY_BASELINES
 from rankitect.space.history_choices import HISTORY_OPS as OPS
 
@@ -46,7 +46,7 @@ def read_seed(folder: Path) -> list[dict[str, Any]]:
     trials = json.loads((tables[0].parent / "state.json").read_text())["trials"]
     reads = {t["name"]: "+".join(b["op"] for b in t["arch"]["blocks"] if b["op"] in HISTORY_OPS) or "-"
              for t in trials}
-    losses = ValLosses(tables[0].parent)
+    losses = ExampleLosses(tables[0].parent)
     ok = [r for r in table if r["status"] == "ok" and not pd.isna(r["val_ne"])]
     free = [r for r in ok if r["kind"] == "baseline" and r["name"] in BASELINES]
     ref = min(free, key=lambda r: r["val_ne"])

@@ -155,8 +155,7 @@ def instrument(clock: Clock, stack: contextlib.ExitStack) -> None:
         mock.patch.object(runner.SearchRunner, "estimate", _outside(clock, "estimate", runner.SearchRunner.estimate)),
         mock.patch.object(runner.SearchRunner, "_start_strategy",
                           _outside(clock, "supernet", runner.SearchRunner._start_strategy)),
-        mock.patch.object(runner.SearchRunner, "_record_verdict",
-                          _outside(clock, "verdict", runner.SearchRunner._record_verdict)),
+        mock.patch.object(runner, "record_verdict", _outside(clock, "verdict", runner.record_verdict)),
         mock.patch.object(cli_search, "_log_winner_model", _outside(clock, "log winner", cli_search._log_winner_model)),
     ]
     for strategy in STRATEGIES.values():  # what a proposal costs (surrogate ranking, FLOPs of changes)
