@@ -56,7 +56,9 @@ RULES = ("validation", "growing", "held-out", "held-out-1", "held-out-0")
 
 def load(folder: Path) -> dict[str, Any]:
     """A search under ``folder`` (a bench run's folder or a search folder) as the rules read it."""
-    tables = sorted(Path(folder).glob("**/pareto.csv"))
+    folder = Path(folder)
+    tables = next((found for found in (sorted(folder.glob("searches/*/pareto.csv")), sorted(folder.glob("pareto.csv")),
+                                       sorted(folder.glob("*/pareto.csv"))) if found), [])
     if len(tables) != 1:
         raise SystemExit(f"{folder}: expected one search (one pareto.csv), found {len(tables)}")
     where = tables[0].parent

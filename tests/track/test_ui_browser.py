@@ -22,6 +22,8 @@ server's log.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -156,27 +158,35 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-@pytest.fixture()
-def search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict:
-    """A tiny finished search in a fresh SQLite store; its runs as MLflow's client sees them."""
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A tiny finished search in a fresh SQLite store; its runs as MLflow's client sees them (one
+    search and one UI server for this module's pages: they only read the store)."""
+    tmp_path = tmp_path_factory.mktemp("ui")
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        monkeypatch.chdir(tmp_path)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(SEARCH) == 0
+        yield _runs(uri, out.getvalue().split("MLflow search run: ")[1].split()[0], tmp_path)
+
+
+def _runs(uri: str, parent_id: str, folder: Path) -> dict:
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    monkeypatch.setenv("RANKITECT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(tmp_path)
-    assert main(SEARCH) == 0
-    parent_id = capsys.readouterr().out.split("MLflow search run: ")[1].split()[0]
     client = MlflowClient(uri)
     parent = client.get_run(parent_id)
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
     kinds = sorted(c.data.tags["rankitect.kind"] for c in children)
     assert kinds == ["baseline", "candidate", "candidate", "candidate"]
-    return {"uri": uri, "parent": parent, "children": list(children)}
+    return {"uri": uri, "parent": parent, "children": list(children), "folder": folder}
 
 
-@pytest.fixture()
-def server(search: dict, tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def server(search: dict) -> Iterator[str]:
     """`rankitect ui` on a free local port, stopped by its process group whatever happens."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     port = _free_port()
@@ -187,7 +197,7 @@ def server(search: dict, tmp_path: Path) -> Iterator[str]:
     log = ARTIFACTS / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rankitect", "ui", "--port", str(port)], env=env,
-                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=search["folder"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_for_server(proc, base, log)
         yield base
