@@ -192,7 +192,7 @@ class SearchConfig:
     rocs: bool = False  # only architectures whose field mixing is ROCS-masked (request side once per request)
     trials: int = 16  # candidates to train (a pruned one gives its slot back)
     seed: int = 0
-    target_mflops: float | Literal["auto", "cheapest"] | None = "auto"  # auto: the FLOPs of the best baseline by val NE (lower NE at no more cost); cheapest: of the cheapest baseline within min_gain_se standard errors of the best by the objective; a number; null: NE alone
+    target_mflops: float | Literal["auto", "simplest", "cheapest"] | None = "auto"  # auto: the FLOPs of the best baseline by val NE (lower NE at no more cost); simplest: of the cheapest baseline within min_gain_se standard errors of it by val NE; cheapest: of the cheapest baseline within min_gain_se standard errors of the best by the objective; a number; null: NE alone
     time_budget: str | float | None = None  # wall clock of the whole search, e.g. "90m", "4h", "3600" (seconds); None: trials decide
     pruning: Literal["asha", "hyperband", "none"] = "asha"  # stop unpromising candidates early: successive halving; hyperband: brackets of later first rungs
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung

@@ -66,3 +66,17 @@ def test_a_user_asks_for_a_cheaper_target_by_name() -> None:
     assert objective_from_config(load_config(overrides=["search.target_mflops=0.1"]).search).target_mflops == 0.1
     cfg = load_config(overrides=["search.target_mflops=cheapest"]).search
     assert cfg.target_mflops == "cheapest" and objective_from_config(cfg).target_mflops is None  # until baselines
+
+
+def test_simplest_aims_at_the_cheapest_baseline_within_the_noise_of_the_best() -> None:
+    base = np.random.default_rng(0).exponential(H, N)
+    wide = np.random.default_rng(9).normal(0, 0.3, N)  # a model whose rows differ a lot from the best's
+    best = _entrant("wukong", "baseline", _losses(0.800, base, 1), mflops=5.0)
+    near = _entrant("dhen", "baseline", base - base.mean() + 0.801 * H + wide - wide.mean(), mflops=1.0)
+    far = _entrant("dlrm", "baseline", _losses(0.830, base, 2), mflops=0.3)  # cheapest, clearly worse
+    d = (near.losses - best.losses) / H  # dhen's paired difference, by hand: under one standard error
+    assert d.mean() / (d.std(ddof=1) / math.sqrt(N)) < 1.0
+    found = auto_target([best, near, far], 1.0, rule="simplest")
+    assert found.best is best and found.target is near and found.mflops == 1.0
+    assert auto_target([best, near, far], 1.0).target is best  # auto: the best by val NE, noise and all
+    assert "the cheapest baseline within 1 standard error of the best by val/ne, wukong" in found.line(1.0)
