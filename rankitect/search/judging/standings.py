@@ -2,7 +2,8 @@
 and the trials whose weights are kept.
 
 :mod:`rankitect.search.judging.selection` holds the rule (a :class:`~rankitect.search.judging.selection.Pick` from
-entrants); :class:`Standings` feeds it a search's trials. Per-example validation losses
+entrants) and :mod:`rankitect.search.judging.verdict` the final choice on held-out rows;
+:class:`Standings` feeds them a search's trials. Per-example validation losses
 (:class:`ExampleLosses`) are read only for the trials that can win: the baselines and the candidates
 with a lower objective than every baseline. After each recorded trial :meth:`Standings.update` keeps
 a running best, picked again only when the new trial can change it (a baseline, or a candidate
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from rankitect.search.judging.selection import Entrant, Pick, choose_winner
 from rankitect.search.judging.verdict import Verdict, judge
 
 if TYPE_CHECKING:
+    from rankitect.config import VerdictConfig
     from rankitect.search.running.checkpoint import TrialRecord
     from rankitect.space.architecture import Architecture
 
@@ -33,7 +35,7 @@ class Standings:
     ``min_gain_se`` (see :mod:`rankitect.search.judging.selection`)."""
 
     def __init__(self, objective: Objective, min_gain_se: float, val_losses: ExampleLosses, *,
-                 verdict: Any = None, held_entropy: float | None = None) -> None:
+                 verdict: VerdictConfig | None = None, held_entropy: float | None = None) -> None:
         self.min_gain_se, self.val_losses = min_gain_se, val_losses
         # the final choice on held-out rows (rankitect.search.judging.verdict): ``verdict`` holds its
         # ``finalists`` and ``min_gain_se`` (search.verdict), ``held_entropy`` those rows' label entropy
