@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,3 +18,34 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_tables_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test opens a fresh SQLite MLflow store, whose tables MLflow builds by running all of its
+    schema migrations (about a CPU-second each time). Here MLflow migrates one store per test process
+    and a fresh store's tables are a copy of it (SQLite's backup): the same schema, built by MLflow.
+    Stores on other databases, and stores in the tests' subprocesses, are built as MLflow builds them."""
+    from mlflow.store.db import utils
+
+    migrate = utils._initialize_tables
+    template = tmp_path_factory.getbasetemp() / "mlflow-tables.db"
+
+    def initialize(engine) -> None:  # noqa: ANN001 - a SQLAlchemy engine
+        if engine.url.get_backend_name() != "sqlite" or engine.url.database in (None, "", ":memory:"):
+            migrate(engine)
+            return
+        if not template.exists():
+            import sqlalchemy
+
+            built = sqlalchemy.create_engine(f"sqlite:///{template}")
+            try:
+                migrate(built)
+            finally:
+                built.dispose()
+        with closing(sqlite3.connect(template)) as src, closing(sqlite3.connect(Path(engine.url.database))) as dst:
+            src.backup(dst)
+
+    utils._initialize_tables = initialize
+    yield
+    utils._initialize_tables = migrate

@@ -78,4 +78,4 @@ SCORER_MODEL = "scorer"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow's model-training UI
 VIEW_KEY = "rankitect"  # the experiment's shared runs-table view: tag mlflow.sharedViewState.<key>
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-VIEW_COLUMNS = (TEST_NE, VAL_NE, TEST_AUC, MFLOPS, PARAMS, TRAIN_SECONDS)
+VIEW_COLUMNS = (TEST_NE, VAL_NE, VERDICT_NE, TEST_AUC, MFLOPS, PARAMS, TRAIN_SECONDS)

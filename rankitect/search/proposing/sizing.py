@@ -43,6 +43,8 @@ True
 
 from __future__ import annotations
 
+import copy
+import functools
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -214,7 +216,18 @@ def sized_space(
     its supernet's largest site capped at :func:`site_cap` of the range's upper end."""
     if name not in SIZED:
         raise ValueError(f"search space {name!r} has no sized menus; sized: {list(SIZED)}")
-    _, high = check_flops_range(flops_range)
+    low, high = check_flops_range(flops_range)
+    # a copy: a space may keep (and a caller change) the dicts it was built from
+    return get_space(name, **copy.deepcopy(_sized_options(name, spec, (low, high), embedding_dim, rocs)))
+
+
+@functools.lru_cache(maxsize=16)
+def _sized_options(
+    name: str, spec: FeatureSpec, flops_range: tuple[float, float], embedding_dim: int, rocs: bool,
+) -> dict[str, Any]:
+    """The options of :func:`sized_space`: a pure function of its arguments, computed once per
+    process (it prices a few hundred samples and supernets: a CPU-second or two)."""
+    high = flops_range[1]
     base = {"embedding_dim": embedding_dim, "use_dense": spec.n_dense > 0, "rocs": rocs,
             "recipe": recipe_menus_for(spec, embedding_dim), **_history(name, spec)}
     chosen = TOPS[0]
@@ -225,7 +238,7 @@ def sized_space(
         chosen = top
     menus = _menus(name, spec, chosen, embedding_dim, baselines=True)
     keep = BASELINE_MENUS if name == "engineer" else {}
-    return get_space(name, **base, **cap_sites(name, spec, base, menus, site_cap(high), keep))
+    return {**base, **cap_sites(name, spec, base, menus, site_cap(high), keep)}
 
 
 def space_for(

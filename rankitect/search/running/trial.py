@@ -160,22 +160,31 @@ def _run_trial(
 # --- where trials run: in this process, or in a local process pool ------------------------------
 
 ABORT_GRACE_S = 5.0  # seconds a terminated worker has to exit before it is killed
+# Workers are forked by multiprocessing's fork server: one clean process, started once per search
+# process, that imports torch and rankitect (WORKER_PRELOAD) and then forks every worker, so a
+# worker starts in milliseconds instead of importing for seconds, and a search that rebuilds its
+# pool (or a process that runs several searches) pays the imports once. The server never runs a
+# torch operation, so no thread pool is forked (forking the search's own process could deadlock).
+# ``__main__`` is imported there as spawn imports it: a script's own blocks are known to workers.
+WORKER_START = "forkserver"
+WORKER_PRELOAD = ["__main__", "rankitect.search.running.trial"]
 _WORKER_DATA: dict[str, Any] = {}  # one opened data set per worker process (set by the initializer)
 
 
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal this process gets when its parent ends
 
 
-def die_with_parent(parent: int) -> None:
-    """Have Linux SIGKILL this process when ``parent`` (the process that started it) ends, however it
-    ends (``kill -9`` included, where no cleanup of the parent's runs); exit at once when it has
-    already ended. Elsewhere a no-op: the pool's own shutdown is all there is.
+def die_with_parent(parent: int | None = None) -> None:
+    """Have Linux SIGKILL this process when ``parent`` (the process that started it; by default its
+    parent now) ends, however it ends (``kill -9`` included, where no cleanup of the parent's runs);
+    exit at once when it has already ended. Elsewhere a no-op: the pool's own shutdown is all there is.
 
     Linux sends the signal when the *thread* that started the process ends: the pool's workers are
-    started by ``submit``, which the search calls from its main thread."""
+    forked by the single-threaded fork server (:data:`WORKER_START`)."""
     import ctypes
     import signal
 
+    parent = os.getppid() if parent is None else parent
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -183,6 +192,42 @@ def die_with_parent(parent: int) -> None:
         return
     if os.getppid() != parent:  # the parent ended before the signal was asked for
         os._exit(1)
+
+
+def die_with(pid: int) -> None:
+    """End this process as soon as process ``pid`` ends, however it ends (``kill -9`` included); exit at
+    once when it has already ended. A daemon thread waits on the process's pidfd (Linux 5.3; elsewhere
+    it polls). A pool worker needs this beside :func:`die_with_parent`: its parent is the fork server,
+    which ends only once every process holding its alive pipe (the workers too) has ended."""
+    import select
+    import threading
+
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd: poll
+        handle = None
+
+    def wait() -> None:
+        if handle is not None:
+            select.select([handle], [], [])
+        else:
+            while _alive(pid):
+                time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=wait, name=f"rankitect-die-with-{pid}", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def user_modules() -> list[str]:
@@ -217,15 +262,22 @@ def _registered() -> list[Any]:
     return [*BLOCKS.values(), *SPACES.values()]
 
 
-def _init_worker(data_path: str, threads: int, memory_budget: float | None = None, parent: int | None = None,
-                 modules: tuple[str, ...] = (), verdict: float = 0.0) -> None:
+def _init_worker(data_path: str, threads: int, memory_budget: float | None = None, search: int | None = None,
+                 modules: tuple[str, ...] = (), verdict: float = 0.0, environ: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
     import importlib
     import os
 
     import torch
 
-    if parent is not None:
-        die_with_parent(parent)
+    die_with_parent()  # the fork server
+    if search is not None:
+        die_with(search)  # and the search's process, however it ends
+    if environ is not None:  # the search process's environment and folder now, not the server's at its start
+        os.environ.clear()
+        os.environ.update(environ)
+    if cwd is not None:
+        os.chdir(cwd)
     for module in modules:  # the user's own blocks and spaces, as the search's process knows them
         importlib.import_module(module)
 
@@ -287,10 +339,11 @@ class TrialPool:
         self.executor = self._new_executor()
 
     def _new_executor(self) -> ProcessPoolExecutor:
-        ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+        ctx = mp.get_context(WORKER_START)
+        ctx.set_forkserver_preload(WORKER_PRELOAD)
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
                                    initargs=(self.data_path, self.threads, self.memory_budget, os.getpid(),
-                                             tuple(user_modules()), self.verdict))
+                                             tuple(user_modules()), self.verdict, dict(os.environ), os.getcwd()))
 
     def submit(
         self, arch: Architecture, cfg: TrainConfig, weights_path: str | None = None, ticket: RungTicket | None = None,
