@@ -11,6 +11,14 @@ import pytest
 import torch
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Test files that hold a ``slow`` test run first, each file's tests together and in their order
+    (module fixtures are built once): the long end-to-end tests start while the other pytest-xdist
+    worker is free, and the run ends on quick ones, so both workers end at about the same time."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread() -> Iterator[None]:
     """Tiny models on a shared 2-core machine run far faster (and steadier) on one thread."""

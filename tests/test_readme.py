@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH_OWN_SPACE = '''
 cfg = load_config(overrides=["search.space=two_layer", "search.strategy=random", "search.trials=1",
@@ -25,6 +27,7 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_readme_python_examples_run(tmp_path: Path) -> None:
     blocks = [b for b in _python_blocks() if "load_scorer" not in b]  # the export one: tests/export
     assert len(blocks) == 3, "the notebook search, the custom block and the custom space"

@@ -35,6 +35,7 @@ def _import(path: Path):
     return module
 
 
+@pytest.mark.slow
 def test_search_winner_exports_and_reproduces_tracked_logits(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["search", "--strategy", "random", "--trials", "1", "train.max_epochs=2", *TINY, "search.baselines=[dlrm]"]) == 0
     parent = capsys.readouterr().out.split("MLflow search run: ")[1].split()[0]

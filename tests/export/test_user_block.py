@@ -71,6 +71,7 @@ def test_the_user_block_runs_its_own_example(toy: ModuleType) -> None:
     assert result.attempted > 0 and result.failed == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])  # 2: worker processes import the block's module themselves
 def test_a_user_block_is_searched_exported_and_scored_without_rankitect(
     toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int

@@ -87,6 +87,7 @@ def test_sigterm_during_the_kth_baseline_then_resume_trains_each_once(
     assert after.elapsed >= before.elapsed + sum(t.result.train_seconds for t in new)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame,k,workers", [("SIGKILL", 1, 2), ("SIGKILL", 3, 1), ("SIGTERM", 2, 2)])
 def test_a_kill_during_the_kth_baseline_then_resume_trains_each_once(
     env: dict[str, str], tmp_path: Path, signame: str, k: int, workers: int,
@@ -164,6 +165,7 @@ def test_a_time_budget_shorter_than_the_baselines_ends_the_search_there(env: dic
     assert took < budget + 30 and full > 20 * 32
 
 
+@pytest.mark.slow
 def test_a_process_waiting_for_a_killed_first_process_says_how_to_go_on(
     env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -104,6 +104,7 @@ def test_a_signal_during_a_trial_kills_it_and_resume_continues(env: dict[str, st
     assert _client().get_run(parent).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_a_stopped_search_exits_128_plus_the_signal(env: dict[str, str], tmp_path: Path, signame: str) -> None:
     import signal
@@ -130,6 +131,7 @@ def test_a_stopped_search_exits_128_plus_the_signal(env: dict[str, str], tmp_pat
     assert all(r.info.status == "KILLED" for rid, r in runs.items() if rid not in {t.run_id for t in state.trials})
 
 
+@pytest.mark.slow
 def test_kept_weights_live_once_in_mlflow_as_safetensors(env: dict[str, str]) -> None:
     """keep_top_k=1 (and one finalist for the verdict) of four candidates: the best by validation NE
     (no FLOPs target, so the objective is NE), the baseline and the winner keep weights on their

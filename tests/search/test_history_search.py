@@ -16,6 +16,7 @@ from tests.export.test_history_export import SCHEMA, check_raw_row_scores, write
 HISTORY_OPS = {"history_pool", "target_attention", "history_transformer", "history_cross"}
 
 
+@pytest.mark.slow
 def test_a_dnas_search_on_a_csv_with_a_history_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from mlflow import MlflowClient

@@ -117,6 +117,7 @@ LEARNABLE = ["train.max_epochs=2", "train.grace_steps=33", "train.batch_size=64"
              "train.test_batches=2", "runtime.threads=1", "search.workers=1", "search.pruning=none"]
 
 
+@pytest.mark.slow
 def test_four_processes_rank_every_trial_by_one_objective(env: dict[str, str], tmp_path: Path) -> None:
     """Released together, three processes reach the ranking while the first still trains the
     baselines: they wait for the target it resolves, so every process (and the Pareto table the

@@ -80,6 +80,7 @@ def _wait_until(condition, seconds: float) -> bool:
     return condition()
 
 
+@pytest.mark.slow
 def test_no_orphan_is_left_after_kill_9_of_a_pool_of_two(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     parent = subprocess.Popen([sys.executable, "-c", POOL_SCRIPT, str(tmp_path / "data")], env=env,

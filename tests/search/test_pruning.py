@@ -139,6 +139,7 @@ def test_first_rung_is_the_earliest_at_which_optunas_successive_halving_keeps_th
     assert later >= 5  # the cases are not all the trivial first rung
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["auto", "1"])
 def test_auto_first_rung_keeps_what_resembles_a_slow_starting_best_baseline(env, monkeypatch, first: str) -> None:
     """Two baselines: dlrm starts slower and ends best, deepfm leads after one validation. A rung at
@@ -187,6 +188,7 @@ def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     return uri
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(env, monkeypatch, tmp_path,
                                                                                 shared: bool) -> None:
@@ -232,6 +234,7 @@ def test_every_candidate_pruned_still_ends(env, monkeypatch) -> None:
     assert outcome.table.loc[outcome.table["winner"], "name"].tolist() == ["dlrm"]  # the baseline competes
 
 
+@pytest.mark.slow
 def test_hyperband_through_the_runner(env, monkeypatch) -> None:
     """With 3 validations a training and reduction 2, hyperband's brackets first judge at 1, 2 and 4
     validations: candidates worse than the baseline stop at 1 or 2, or (first rung past the end of
@@ -278,6 +281,7 @@ def test_bad_time_budget_is_a_config_error(bad: str) -> None:
         parse_duration(bad)
 
 
+@pytest.mark.slow
 def test_search_with_workers_prunes_through_the_journal(env) -> None:
     cfg = load_config(overrides=[*TINY, "search.trials=3", "search.workers=2", "search.baselines=[dlrm]"])
     outcome = SearchRunner(cfg, echo=lambda line: None).run()

@@ -25,6 +25,7 @@ def _baselines(parent: str) -> dict[str, object]:
     return {r.info.run_name: r for r in _children(parent) if r.data.tags["rankitect.kind"] == "baseline"}
 
 
+@pytest.mark.slow
 def test_a_second_search_on_the_same_data_reuses_every_baseline(env, monkeypatch: pytest.MonkeyPatch) -> None:
     import rankitect.search.running.trial as trial
 
@@ -61,6 +62,7 @@ def test_a_second_search_on_the_same_data_reuses_every_baseline(env, monkeypatch
     assert spent["baselines"] == 0.0  # no baseline time spent in the second search
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["train.seed=1", "search.reuse_baselines=false", "search.verdict.fraction=0.3"])
 def test_another_seed_protocol_or_a_refusal_trains_the_baselines_again(env, change: str) -> None:
     _, one = _search()

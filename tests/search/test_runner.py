@@ -46,6 +46,7 @@ def _has_model(run_id: str) -> bool:
     return "model/model.safetensors" in {f.path for f in _client().list_artifacts(run_id, "model")}
 
 
+@pytest.mark.slow
 def test_evolution_search_end_to_end(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["search", "--strategy", "evolution", "--trials", "3", *TINY, "search.baselines=[dlrm]"])
     assert code == 0
@@ -101,6 +102,7 @@ def test_diverging_candidate_fails_cleanly(env: dict[str, str]) -> None:
     assert "TrialDiverged" in run.data.tags["error"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_architectures(env: dict[str, str]) -> None:
     seqs = []
     for _ in range(2):
@@ -127,6 +129,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_path: Path) -> None:
     cmd = _search_cmd("--strategy", "evolution", "--trials", "5", "train.steps=6", "train.grace_steps=0")
     log = open(tmp_path / "search.err", "w")
@@ -157,10 +160,12 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(env: dict[str, str], tmp_p
     assert len({r.data.tags["genotype_hash"] for r in runs}) == 5
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_sqlite_study(env: dict[str, str], tmp_path: Path) -> None:
     _two_processes_share_one_search(f"sqlite:///{tmp_path}/study.db", env, tmp_path)
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_postgresql_study(env: dict[str, str], tmp_path: Path) -> None:
     """The same over PostgreSQL (the storage of processes on several machines), on a server this
     test starts on 127.0.0.1 and stops by its pid."""

@@ -35,6 +35,7 @@ def test_auto_range_is_a_tenth_of_the_cheapest_to_ten_times_the_median_baseline(
     assert auto_flops_range(spec) == pytest.approx((0.1 * min(flops), 10 * statistics.median(flops)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(SPECS.values()), ids=list(SPECS))
 def test_sized_engineer_menus_reach_the_flops_range(shape):
     spec = tiny_spec(*shape)
@@ -46,6 +47,7 @@ def test_sized_engineer_menus_reach_the_flops_range(shape):
     assert flops.max() >= high / 8  # the menus reach into the range's upper part
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [SPECS["10 sparse"], SPECS["13 + 26"]], ids=["10 sparse", "13 + 26"])
 def test_sized_nasrec_menus_reach_the_flops_range(shape):
     spec = tiny_spec(*shape)
@@ -57,6 +59,7 @@ def test_sized_nasrec_menus_reach_the_flops_range(shape):
     assert np.median(flops) < np.median(full)  # NASRec-Full's menus were made for Criteo's scale
 
 
+@pytest.mark.slow
 def test_an_explicit_range_moves_the_menus():
     spec = tiny_spec(13, 26)
     small = space_for("nasrec", spec, [0.01, 1.0])

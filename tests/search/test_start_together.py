@@ -29,10 +29,12 @@ def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, s
             "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns/mlflow.db"}
 
 
+@pytest.mark.slow
 def test_four_processes_start_together_on_a_fresh_sqlite_storage(env: dict[str, str], tmp_path: Path) -> None:
     _start_together_and_check(f"sqlite:///{tmp_path}/study.db", env, tmp_path)
 
 
+@pytest.mark.slow
 def test_four_processes_start_together_on_a_fresh_postgresql_storage(env: dict[str, str], tmp_path: Path) -> None:
     with postgres_server() as storage:
         _start_together_and_check(storage, env, tmp_path)

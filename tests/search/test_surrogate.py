@@ -249,6 +249,7 @@ def test_dnas_climb_trains_the_change_the_surrogate_ranks_best(tmp_path, monkeyp
     assert chosen == target and chosen.hash in strategy.predictions
 
 
+@pytest.mark.slow
 def test_a_search_logs_what_the_surrogate_predicted_beside_what_was_measured(env):
     from mlflow import MlflowClient
 

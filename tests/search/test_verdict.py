@@ -129,6 +129,7 @@ def test_carving_keeps_each_row_with_its_history(tmp_path) -> None:
     assert batch.history is not None and len(batch) == min(64, len(held))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_search_holds_the_rows_out_and_judges_on_them(env, monkeypatch, workers: int) -> None:
     import rankitect.data.clickdata as clickdata

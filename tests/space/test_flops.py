@@ -84,6 +84,7 @@ def test_every_block_op_is_covered() -> None:
     assert {o[0] for o in ONE_BLOCK} == set(BLOCKS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["nasrec", "engineer"])
 def test_200_sampled_architectures(name: str, spec: FeatureSpec, batch: Batch) -> None:
     space, rng = small_space(name), np.random.default_rng(7)

@@ -58,6 +58,7 @@ def test_1000_default_samples_decode_round_trip_and_encode(name: str) -> None:
         assert space.decode(sample) == arch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PRESETS)
 def test_1000_samples_build_and_train_one_step(name: str, spec: FeatureSpec, batch: Batch) -> None:
     space, rng = small_space(name), np.random.default_rng(1)
@@ -91,6 +92,7 @@ def test_mutate_gives_a_different_contained_architecture(name: str, num_mutation
         assert space.contains(child)
 
 
+@pytest.mark.slow
 def test_what_a_mutation_opens_is_drawn_like_a_new_sample() -> None:
     """Labels a mutation wakes are drawn uniformly, not left at the first options encoding gives
     them: from DLRM with its dense features sent to the top only, the children that route them into

@@ -134,6 +134,7 @@ def median_cost(space, spec) -> float:
     return float(np.median([supernet.path_flops(space.sample(np.random.default_rng(i))) for i in range(100)]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["gumbel", "reinforce"])
 @pytest.mark.parametrize("preset", ["nasrec", "engineer"])
 def test_large_absolute_penalty_lands_within_ten_percent_of_the_target(data: ClickData, preset: str,

@@ -209,6 +209,7 @@ def _is_png(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 10_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_runs_list_in_the_model_training_view_and_a_compare_view_of_three_candidates(search: dict, server: str) -> None:
     from rankitect.track import Tracker
 
@@ -248,6 +249,7 @@ def test_runs_list_in_the_model_training_view_and_a_compare_view_of_three_candid
             assert words[i + 1:i + 4] == [c.data.params[label] for c in cands], (label, words[i:i + 4])
 
 
+@pytest.mark.slow
 def test_search_runs_and_metrics_render_in_chromium(search: dict, server: str) -> None:
     chromium = _chromium()
     parent, children = search["parent"], search["children"]

@@ -48,6 +48,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_rankitect_train_on_two_ranks_follows_the_single_process_loss_curve(data_dir: Path, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [
