@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 
 @pytest.fixture()
@@ -17,4 +18,7 @@ def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.setenv("RANKITECT_DATA_DIR", str(data_dir))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
+    # the store's tables built here (a copy: tests/conftest.py), not by the test's first subprocess
+    (tmp_path / "mlruns").mkdir()
+    MlflowClient(uri).search_experiments()
     return {**os.environ, "RANKITECT_DATA_DIR": str(data_dir), "MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"}

@@ -16,7 +16,7 @@ from .together import start_together
 
 PROCESSES = 4
 TINY = ["data.rows=3000", "train.steps=1", "train.batch_size=64", "train.val_every=1", "train.val_batches=1",
-        "train.test_batches=1", "runtime.threads=1", "search.workers=1", "search.baselines=[]"]
+        "train.test_batches=1", "runtime.threads=1", "search.workers=1", "search.baselines=[]", "search.flops_range=null"]
 
 
 @pytest.fixture()
