@@ -162,6 +162,8 @@ def test_a_search_holds_the_rows_out_and_judges_on_them(env, monkeypatch, worker
     assert all("in held_out_losses" in r or "in _open" in r for r in read)
     record = json.loads((outcome.out_dir / "verdict.json").read_text())
     assert record["rows"] == held_rows and record["winner"] == outcome.table.loc[outcome.table["winner"], "name"].item()
+    clicks = sum(int(b.labels.sum()) for b in runner.data.split("verdict").batches(4096, shuffle=False))
+    assert record["clicks"] == clicks > 0  # what the verdict's error rests on, counted from the labels
     assert record["incumbent"] in set(ok[ok["kind"] == "baseline"]["name"])
     runs = {r.info.run_name: r for r in _children(outcome.parent_run_id)}
     judged = [record["incumbent"], *(f["name"] for f in record["finalists"])]
@@ -169,7 +171,7 @@ def test_a_search_holds_the_rows_out_and_judges_on_them(env, monkeypatch, worker
         name = r.data.tags.get("genotype_hash") if r.data.tags["rankitect.kind"] == "candidate" else r.info.run_name
         assert ("verdict/ne" in r.data.metrics) == (name in judged)
     if record["finalists"]:  # judged on the held-out rows: the closing line says so
-        assert "held-out validation rows" in outcome.verdict.lines(1.0)[0]
+        assert f"{held_rows:,} held-out validation rows ({clicks:,} clicks;" in outcome.verdict.lines(1.0)[0]
 
 
 def test_a_training_scores_the_held_out_and_test_rows_it_never_saw() -> None:

@@ -35,11 +35,13 @@ class Standings:
     ``min_gain_se`` (see :mod:`rankitect.search.judging.selection`)."""
 
     def __init__(self, objective: Objective, min_gain_se: float, val_losses: ExampleLosses, *,
-                 verdict: VerdictConfig | None = None, held_entropy: float | None = None) -> None:
+                 verdict: VerdictConfig | None = None, held_entropy: float | None = None,
+                 held_clicks: int | None = None) -> None:
         self.min_gain_se, self.val_losses = min_gain_se, val_losses
         # the final choice on held-out rows (rankitect.search.judging.verdict): ``verdict`` holds its
         # ``finalists`` and ``min_gain_se`` (search.verdict), ``held_entropy`` those rows' label entropy
-        self.verdict, self.held_entropy = verdict, held_entropy
+        # and ``held_clicks`` their clicks (what the verdict's error rests on: a rare-click log has few)
+        self.verdict, self.held_entropy, self.held_clicks = verdict, held_entropy, held_clicks
         self.held = {split: ExampleLosses(val_losses.folder.parent, split) for split in ("verdict", "test")}
         self._objective = objective
         self._seen: dict[str, TrialRecord] = {}  # name -> every trial folded into the running best
@@ -134,7 +136,7 @@ class Standings:
         held = {t.name: self.held["verdict"].load(t.name) for t in trials if t.result.ok}
         return judge(entrants, {k: v for k, v in held.items() if v is not None}, self.objective,
                      entropy=self.held_entropy, finalists=self.verdict.finalists,
-                     min_gain_se=self.verdict.min_gain_se, val_min_gain_se=self.min_gain_se)
+                     min_gain_se=self.verdict.min_gain_se, val_min_gain_se=self.min_gain_se, clicks=self.held_clicks)
 
     def pareto(self, trials: list[TrialRecord]) -> tuple[pd.DataFrame, Architecture | None, Verdict | None]:
         """The Pareto table of ``trials``, the winner's architecture and the verdict (the winner and why)."""

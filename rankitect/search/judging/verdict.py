@@ -82,6 +82,7 @@ class Verdict:
     incumbent_ne: float | None = None
     finalists: tuple[Judged, ...] = ()
     min_gain_se: float = DEFAULT_MIN_GAIN_SE
+    clicks: int | None = None  # the clicks among the held-out rows, where known
 
     @property
     def held_out(self) -> bool:
@@ -108,7 +109,8 @@ class Verdict:
         return f"{self.min_gain_se:g} standard error{'s' * (self.min_gain_se != 1)}"
 
     def _why(self) -> str:
-        rows = f"{self.rows:,} held-out validation rows (no model was trained, stopped, pruned or ranked on them)"
+        clicks = "" if self.clicks is None else f"{self.clicks:,} click{'s' * (self.clicks != 1)}; "
+        rows = f"{self.rows:,} held-out validation rows ({clicks}no model was trained, stopped, pruned or ranked on them)"
         n = len(self.finalists)
         judged = self.judged(self.winner)
         if judged is not None:
@@ -147,7 +149,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """What ``verdict.json`` in the search folder holds (what the quality bench reads)."""
-        return {"winner": self.winner.name, "kind": self.winner.kind, "rows": self.rows,
+        return {"winner": self.winner.name, "kind": self.winner.kind, "rows": self.rows, "clicks": self.clicks,
                 "min_gain_se": self.min_gain_se, "validation_winner": self.pick.winner.name,
                 "incumbent": None if self.incumbent is None else self.incumbent.name,
                 "incumbent_ne": self.incumbent_ne,
@@ -157,12 +159,13 @@ class Verdict:
 
 def judge(entrants: Sequence[Entrant], held: Mapping[str, np.ndarray], objective: Objective, *,
           entropy: float | None, finalists: int = DEFAULT_FINALISTS, min_gain_se: float = DEFAULT_MIN_GAIN_SE,
-          val_min_gain_se: float = DEFAULT_MIN_GAIN_SE) -> Verdict | None:
+          val_min_gain_se: float = DEFAULT_MIN_GAIN_SE, clicks: int | None = None) -> Verdict | None:
     """The search's :class:`Verdict` (see the module docstring); None when nothing finished ok.
 
     ``held`` maps a trial's name to its per-example losses on the held-out rows (the incumbent's and
     the finalists'; a candidate without them is not a finalist) and ``entropy`` is those rows'
-    label entropy (nats; ``None``: no rows held out, the validation rule decides).
+    label entropy (nats; ``None``: no rows held out, the validation rule decides); ``clicks`` their
+    clicks, said beside the rows (the verdict's error rests on them).
     """
     pick = choose_winner(entrants, objective, val_min_gain_se)
     if pick is None:
@@ -183,7 +186,7 @@ def judge(entrants: Sequence[Entrant], held: Mapping[str, np.ndarray], objective
         gain, se = paired_gain(held[inc.name], held[c.name], entropy=entropy, k_incumbent=k(inc), k_challenger=k(c))
         judged.append(Judged(c, on_held[c.name].result.val_ne, gain, se))
     return Verdict(pick, winner, rows=len(held[inc.name]), incumbent=inc, incumbent_ne=on_held[inc.name].result.val_ne,
-                   finalists=tuple(judged), min_gain_se=min_gain_se)
+                   finalists=tuple(judged), min_gain_se=min_gain_se, clicks=clicks)
 
 
 def _on_held(e: Entrant, losses: np.ndarray, entropy: float) -> Entrant:

@@ -168,9 +168,10 @@ class SearchRunner:
         self.slots = TrialSlots(self.strategy, search.trials, shared=self.shared,
                                 reduction=search.pruning_reduction if search.pruning != "none" else None)
         # per-example validation losses: the winner's paired test
-        held = self.data.split("verdict").ctr if self.data.has_verdict else None
+        held = self.data.split("verdict") if self.data.has_verdict else None
         self.standings = Standings(objective, search.min_gain_se, ExampleLosses(self.out_dir), verdict=search.verdict,
-                                   held_entropy=None if held is None else entropy(held))
+                                   held_entropy=None if held is None else entropy(held.ctr),
+                                   held_clicks=None if held is None else round(held.ctr * len(held)))
         # baselines trained before on the same data, recipe and protocol (rankitect.search.running.reuse)
         self.reuse = None if not search.reuse_baselines else BaselineStore(
             self.tracker, self.out_dir, data_identity=data_identity(self.data), train=self.train_cfg,
