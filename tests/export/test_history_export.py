@@ -18,18 +18,9 @@ from rankitect.cli import main
 from rankitect.data import open_data
 from rankitect.space import Architecture, build_model
 from tests.export.test_export_cli import _import
+from tests.export.test_raw_rows import LOAD_ROWS
 
-SCORE = """
-import csv, json, sys
-sys.modules["rankitect"] = None  # the export must not need it
-import importlib.util
-spec = importlib.util.spec_from_file_location("exported", sys.argv[1] + "/model.py")
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-scorer = module.load_scorer(sys.argv[1])
-rows = list(csv.DictReader(open(sys.argv[2])))
-dense, ids = scorer.features(rows)
-(hist, mask), = scorer.histories(rows)
+SCORE = LOAD_ROWS + """(hist, mask), = scorer.histories(rows)
 logits = scorer.model(dense, ids, [(hist, mask)])
 try:
     scorer([dict(rows[0], clicks="3|x")])

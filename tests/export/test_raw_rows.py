@@ -24,7 +24,8 @@ from rankitect.data import open_data
 from rankitect.space import Architecture, build_model
 from tests.export.test_export_cli import _import
 
-SCORE = """
+# a program that loads an export (argv[1]) without rankitect and reads raw CSV rows (argv[2]) into it
+LOAD_ROWS = """
 import csv, json, sys
 sys.modules["rankitect"] = None  # the export must not need it
 import importlib.util
@@ -34,7 +35,8 @@ spec.loader.exec_module(module)
 scorer = module.load_scorer(sys.argv[1])
 rows = list(csv.DictReader(open(sys.argv[2])))
 dense, ids = scorer.features(rows)
-json.dump({"p": scorer(rows).tolist(), "ids": ids.tolist(), "dense": dense.tolist()}, open(sys.argv[3], "w"))
+"""
+SCORE = LOAD_ROWS + """json.dump({"p": scorer(rows).tolist(), "ids": ids.tolist(), "dense": dense.tolist()}, open(sys.argv[3], "w"))
 """
 
 
