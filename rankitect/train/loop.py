@@ -51,6 +51,7 @@ class TrainResult:
     verdict_losses: np.ndarray | None = None
     held_out_seconds: float | None = None  # what scoring those rows took (None without them)
     stopped: str | None = None  # why training ended before its protocol said so (protocol.BUDGET_STOP), if it did
+    probe_ne: float | None = None  # validation NE at the probe of a search's rung study, where it asked for one
 
 
 class BatchStream(IterableDataset):
@@ -157,7 +158,7 @@ def train_model(
     return TrainResult(model=model, metrics=metrics, train_seconds=seconds, steps=trainer.global_step,
                        history=protocol.history, best_step=protocol.best_step, val_losses=protocol.best_losses,
                        stopped=protocol.stopped, test_losses=test.example_losses().astype(np.float32),
-                       verdict_losses=verdict, held_out_seconds=held)
+                       verdict_losses=verdict, held_out_seconds=held, probe_ne=protocol.probe_ne)
 
 
 def scored(model: nn.Module, split: Any, batch_size: int, max_batches: int = 0) -> Any:

@@ -137,6 +137,11 @@ class Protocol(pl.Callback):
         deadline: a ``time.time()`` instant; the first step past it is validated and ends training
             (:attr:`stopped` then says why). ``None``: no deadline.
         on_step: called after every training step (:data:`StepHook`).
+
+    A ``report`` with a ``probe`` attribute ``p > 1`` (a search's rung study asking for an earlier
+    first rung, :mod:`rankitect.search.judging.pruning`) also sees one *probe* validation at
+    ``interval // p`` steps, reported as validation ``0``. It is read, not kept: no best state,
+    patience or history counts it, so a training that goes on is the one without it.
     """
 
     def __init__(
@@ -154,6 +159,10 @@ class Protocol(pl.Callback):
         self.best_losses: np.ndarray | None = None  # per-example validation losses of the best validation
         self._since_best = 0
         self._last_validated = 0
+        probe = int(getattr(report, "probe", 0) or 0)
+        at = schedule.interval // probe if probe > 1 else 0
+        self.probe_step = at if 1 <= at < schedule.interval else None  # see the class's docs
+        self.probe_ne: float | None = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         step = trainer.global_step
@@ -165,8 +174,24 @@ class Protocol(pl.Callback):
             trainer.should_stop = True
             self.validate(trainer)  # the state at the deadline competes with the best so far
             return
+        if step == self.probe_step and self.stopped is None:
+            self.probe(step)
         if step % self.schedule.interval == 0 or step >= self.schedule.total_steps:
             self.validate(trainer)
+
+    def probe(self, step: int) -> None:
+        """The probe validation at ``step``: reported as validation 0 and kept nowhere else."""
+        metrics = {f"val/{k}": float(v) for k, v in
+                   accumulate(self.model, self.val_batches(), self.cfg.val_batches).compute().items()}
+        ne = metrics["val/ne"]
+        if not math.isfinite(ne):
+            raise TrialDiverged(f"validation NE is {ne} at step {step}")
+        self.probe_ne = ne
+        assert self.report is not None  # a probe step is set only with a report
+        try:
+            self.report(0, ne, False)
+        except TrialPruned as e:  # the probe is the whole partial curve
+            raise TrialPruned(str(e), history=[{"step": float(step), **metrics}], best_ne=ne, steps=step) from None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         self.validate(trainer)  # every epoch ends validated

@@ -151,7 +151,7 @@ def test_auto_first_rung_keeps_what_resembles_a_slow_starting_best_baseline(env,
     monkeypatch.setattr(protocol, "accumulate", PlantedCurves([slow, fast, *like_slow]))
     lines: list[str] = []
     cfg = load_config(overrides=[*TINY, "search.trials=2", "search.baselines=[dlrm,deepfm]",
-                                 f"search.pruning_min_validations={first}"])
+                                 f"search.pruning_min_validations={first}", "search.pruning_probe=false"])
     outcome = SearchRunner(cfg, echo=lines.append).run()
     statuses = list(outcome.table.loc[outcome.table["kind"] == "candidate", "status"])
     if first == "auto":

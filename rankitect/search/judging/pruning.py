@@ -24,6 +24,16 @@ price is fewer candidates in a fixed wall clock where the baselines' early ranks
 fewer than two finished baselines there is nothing to rank, and the first rung stays at one
 validation.
 
+``search.pruning_probe`` (asha) adds a cheaper first rung, the *probe*: one validation at
+``1/reduction`` of the first validation interval (:class:`~rankitect.train.protocol.Protocol`),
+reported as validation ``0`` and judged like any rung, so the rungs run ``1/reduction, 1, reduction,
+...`` validations, ASHA's geometric ladder one step further down. On logs where an epoch is the
+validation interval, nearly every pruned candidate is stopped at the first validation, so a
+candidate that the probe stops costs a ``reduction``-th of that. ``auto`` (the default) judges at
+the probe only where the first rung is at one validation and successive halving over the
+baselines' probes keeps the best of them there (:meth:`Rungs.calibrate`); the baselines always
+probe, so that this can be read. The probe is only read: it changes no training that goes on.
+
 ``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
 2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
 one of several brackets, bracket ``s`` runs the same successive halving with its first rung at
@@ -66,6 +76,8 @@ class RungTicket:
         reduction, min_validations: the successive-halving rule.
         prune: ``False`` for baselines (they report, and are never stopped).
         rule: ``"asha"`` (one bracket) or ``"hyperband"`` (brackets of later first rungs).
+        probe: validate once at ``1/reduction`` of the first validation interval too, reported as
+            validation ``0``: a rung for a trial that may be pruned, a reading for a baseline.
     """
 
     storage: str
@@ -75,13 +87,25 @@ class RungTicket:
     min_validations: int
     prune: bool = True
     rule: str = "asha"
+    probe: bool = False
 
     def reporter(self) -> Reporter:
         return Reporter(self)
 
 
 RULES = ("asha", "hyperband")
+PROBE_PRUNED = "pruned at the probe"  # how the message of a trial the probe stopped starts
 BASELINE_ATTR = "baseline"  # user attribute of a never-stopped trial's rung-study trial
+
+
+def pruned_at_probe(result: TrialResult) -> bool:
+    """Whether the probe stopped this trial (it cost a ``reduction``-th of a first validation at most).
+
+    >>> pruned_at_probe(TrialResult.pruning(PROBE_PRUNED + ": ...", val_ne=0.9, mflops=1.0, params=1,
+    ...                                     train_seconds=1.0, steps=5))
+    True
+    """
+    return result.pruned and (result.error or "").startswith(PROBE_PRUNED)
 
 
 def keeps(value: float, at_rung: list[float], reduction: int) -> bool:
@@ -131,6 +155,36 @@ def first_rung(curves: dict[str, dict[int, float]], best: str, reduction: int) -
     return max(mine)
 
 
+def probe_rung(curves: dict[str, dict[int, float]], best: str | None, min_validations: int, reduction: int,
+               names: dict[str, str] | None = None) -> tuple[bool, str]:
+    """``search.pruning_probe: auto``: whether candidates are judged at the probe (validation ``0`` of
+    ``curves``), and why, for the log. Yes where the first rung is at one validation, every curve
+    has its probe and successive halving over the probes keeps ``best`` (``None``: fewer than two
+    baselines, no).
+
+    >>> probe_rung({"a": {0: 0.70, 1: 0.60}, "b": {0: 0.72, 1: 0.65}, "c": {0: 0.71, 1: 0.64}}, "a", 1, 3)[0]
+    True
+    >>> probe_rung({"a": {0: 0.75, 1: 0.60}, "b": {0: 0.72, 1: 0.65}, "c": {0: 0.71, 1: 0.64}}, "a", 1, 3)[0]
+    False
+    """
+    names = names or {}
+    if best is None:
+        return False, "no probe rung: fewer than 2 baselines finished"
+    if min_validations != 1:
+        return False, f"no probe rung: the first rung is at {min_validations} validations, not 1"
+    if any(0 not in c for c in curves.values()):
+        return False, "no probe rung: a baseline has no probe validation (reused from a search without one)"
+    who = names.get(best, best)
+    if not keeps(curves[best][0], [c[0] for c in curves.values()], reduction):
+        return False, f"no probe rung: successive halving over the baselines' probes would stop the best, {who}"
+    return True, (f"a probe rung at 1/{reduction} of the first validation interval (successive halving over "
+                  f"the baselines' probes keeps the best, {who})")
+
+
+def _name(trial: Any) -> str:
+    return str(trial.user_attrs.get("name", trial.number))
+
+
 def _pruner(rule: str, reduction: int, min_validations: int) -> Any:
     optuna = _optuna.import_optuna()
     if rule == "hyperband":
@@ -160,6 +214,7 @@ class Reporter:
         study = optuna.load_study(study_name=ticket.study_name, storage=_storage(ticket.storage),
                                   pruner=_pruner(ticket.rule, ticket.reduction, ticket.min_validations))
         self.trial = optuna.trial.Trial(study, ticket.trial_id)
+        self.probe = ticket.reduction if ticket.probe else 0  # read by the Protocol: the probe at interval // this
 
     def __call__(self, index: int, ne: float, final: bool = False) -> None:
         """Report validation ``index``; raise ``TrialPruned`` when the rule stops this trial (never at
@@ -167,15 +222,20 @@ class Reporter:
         from rankitect.train.task import TrialPruned
 
         self.trial.report(ne, step=index)  # the protocol reports finite NEs only (else it diverged)
-        if self._stops(index, ne) and self.ticket.prune and not final:
-            raise TrialPruned(f"pruned after validation {index}: validation NE {ne:.4f} is not among the best "
+        stops = self._stops(index, ne)
+        if not (stops and self.ticket.prune and not final):
+            return
+        if index == 0:
+            raise TrialPruned(f"{PROBE_PRUNED} (1/{self.ticket.reduction} of the first validation interval): "
+                              f"validation NE {ne:.4f} is not among the best 1/{self.ticket.reduction} there")
+        raise TrialPruned(f"pruned after validation {index}: validation NE {ne:.4f} is not among the best "
                               f"1/{self.ticket.reduction} at that point")
 
     def _stops(self, index: int, ne: float) -> bool:
         t = self.ticket
         if t.rule == "hyperband":
             return self.trial.should_prune()
-        if not is_rung(index, t.min_validations, t.reduction):
+        if not (t.probe if index == 0 else is_rung(index, t.min_validations, t.reduction)):
             return False
         others = [tr.intermediate_values[index] for tr in self.trial.study.get_trials(deepcopy=False)
                   if tr._trial_id != t.trial_id and index in tr.intermediate_values]
@@ -191,10 +251,12 @@ class Rungs:
         journal: the journal file used without shared storage.
         reduction, min_validations, rule: see :class:`RungTicket`; ``min_validations="auto"`` (asha
             only; hyperband takes 1) is 1 until :meth:`calibrate` places it from the baselines.
+        probe: ``True``, ``False`` or ``"auto"`` (asha only): whether candidates are judged at the
+            probe as well; ``auto`` decides in :meth:`calibrate`. Baselines probe unless ``False``.
     """
 
     def __init__(self, storage: str | None, study_name: str | None, journal: Path, *, reduction: int,
-                 min_validations: int | str, rule: str = "asha") -> None:
+                 min_validations: int | str, rule: str = "asha", probe: bool | str = False) -> None:
         self.auto = min_validations == "auto"
         if self.auto:
             min_validations = 1
@@ -204,6 +266,11 @@ class Rungs:
         if rule not in RULES:
             raise ValueError(f"pruning rule must be one of {RULES}, got {rule!r}")
         self.auto = self.auto and rule == "asha"
+        if probe not in (True, False, "auto"):
+            raise ValueError(f"probe must be true, false or 'auto', got {probe!r}")
+        self.probe_rule: bool | str = probe if rule == "asha" else False
+        self.probe = self.probe_rule is True  # whether candidates are judged at the probe now
+        self.probe_note: str | None = None  # what calibrate decided about the probe, for the log
         self.reduction, self.min_validations, self.rule = reduction, min_validations, rule
         if storage is None:
             journal.parent.mkdir(parents=True, exist_ok=True)
@@ -223,17 +290,21 @@ class Rungs:
         if not prune:
             trial.set_user_attr(BASELINE_ATTR, True)
         self._numbers[trial._trial_id] = trial.number
+        probe = self.probe if prune else self.probe_rule is not False
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
-                          self.rule)
+                          self.rule, probe)
 
-    def replay(self, name: str, curve: Sequence[float], result: TrialResult) -> None:
+    def replay(self, name: str, curve: Sequence[float], result: TrialResult, probe_ne: float | None = None) -> None:
         """Enter a never-stopped training of ``name`` that ran elsewhere (a reused baseline,
-        :mod:`rankitect.search.running.reuse`) as if it had reported here: after each validation
-        of ``curve`` (validation NE in order) its best so far, as :class:`Reporter` reports, then
-        ``result``; the first rung is then placed from it as from a baseline trained here."""
+        :mod:`rankitect.search.running.reuse`) as if it had reported here: its probe (``probe_ne``,
+        where it had one), after each validation of ``curve`` (validation NE in order) its best so
+        far, as :class:`Reporter` reports, then ``result``; the first rung is then placed from it as
+        from a baseline trained here."""
         trial = self.study.ask()
         trial.set_user_attr("name", name)
         trial.set_user_attr(BASELINE_ATTR, True)
+        if probe_ne is not None and math.isfinite(probe_ne):
+            trial.report(probe_ne, step=0)
         best = math.inf
         for index, ne in enumerate(curve, start=1):
             best = min(best, ne)
@@ -248,18 +319,21 @@ class Rungs:
         the finished never-stopped trials (the baselines), for the best of them (lowest validation NE).
         Returns ``(first rung, that baseline's name)``; ``(1, None)`` where fewer than two baselines
         finished (one curve ranks against nothing: the first rung stays at one validation); ``None``
-        with a fixed first rung."""
-        if not self.auto:
-            return None
+        with a fixed first rung. With ``probe="auto"`` it also decides whether candidates are judged
+        at the probe (:func:`probe_rung`; :attr:`probe_note` says what and why)."""
         done = [t for t in self.study.get_trials(deepcopy=False, states=(_optuna.import_optuna().trial.TrialState.COMPLETE,))
                 if t.user_attrs.get(BASELINE_ATTR) and t.intermediate_values and t.value is not None]
-        if len(done) < 2:
-            self.min_validations = 1
-            return self.min_validations, None
+        best = min(done, key=lambda t: t.value) if len(done) >= 2 else None
         curves = {str(t.number): dict(t.intermediate_values) for t in done}
-        best = min(done, key=lambda t: t.value)
-        self.min_validations = first_rung(curves, str(best.number), self.reduction)
-        return self.min_validations, str(best.user_attrs.get("name", best.number))
+        placed: tuple[int, str | None] | None = None
+        if self.auto:
+            self.min_validations = 1 if best is None else first_rung(curves, str(best.number), self.reduction)
+            placed = self.min_validations, None if best is None else _name(best)
+        if self.probe_rule == "auto":
+            self.probe, self.probe_note = probe_rung(curves, None if best is None else str(best.number),
+                                                     self.min_validations, self.reduction,
+                                                     {str(t.number): _name(t) for t in done})
+        return placed
 
     def close(self, ticket: RungTicket, result: TrialResult) -> None:
         """Finish the ticket's trial as COMPLETE (its best validation NE), PRUNED or FAIL."""

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rankitect.errors import ConfigError
+from rankitect.search.judging.pruning import pruned_at_probe
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
@@ -100,7 +101,9 @@ class TrialSlots:
 
     A pruned trial gives its slot back, yet proposals stop at ``trials * reduction`` while the
     strategy's trials are pruned (``reduction``: ``search.pruning_reduction``, None without pruning),
-    so a search whose every candidate is pruned still ends. With ``shared`` (a
+    so a search whose every candidate is pruned still ends. A trial the probe stopped
+    (``search.pruning_probe``) cost a ``reduction``-th of one stopped at the first validation and
+    counts as that share of a proposal. With ``shared`` (a
     :class:`~rankitect.search.running.shared_study.SharedStudy`) every process's trials count.
     """
 
@@ -119,7 +122,9 @@ class TrialSlots:
         cap = trials * (self.reduction if self.reduction is not None and self.strategy.prunable else 1)
         if self.shared is None:
             finished = sum(1 for t in candidates if not t.result.pruned)
-            return min(trials - finished, cap - len(candidates)) - in_flight
+            share = 1 / (self.reduction or 1)
+            proposed = math.ceil(sum(share if pruned_at_probe(t.result) else 1 for t in candidates) - 1e-9)
+            return min(trials - finished, cap - proposed) - in_flight
         slots, proposals = self.shared.count()
         return min(trials - slots, cap - proposals)
 

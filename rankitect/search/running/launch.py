@@ -117,7 +117,7 @@ class Launcher:
         if search.pruning != "none":
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
                                reduction=search.pruning_reduction, min_validations=search.pruning_min_validations,
-                               rule=search.pruning)
+                               rule=search.pruning, probe=search.pruning_probe)
 
     def submit(self, kind: str, name: str, arch: Architecture, *, prune: bool) -> Future:
         """Start training ``arch`` (reporting to the rung study, where pruning is
@@ -141,7 +141,7 @@ class Launcher:
     def replay(self, name: str, out: TrialOutput) -> None:
         """Enter a baseline trained elsewhere (reused) in the rung study, as if it had trained here."""
         if self.rungs is not None:
-            self.rungs.replay(name, [h["val/ne"] for h in out.history if "val/ne" in h], out.result)
+            self.rungs.replay(name, [h["val/ne"] for h in out.history if "val/ne" in h], out.result, out.probe_ne)
 
     def output(self, future: Future) -> TrialOutput:
         """A finished future's output; its rung-study trial is closed with the result."""

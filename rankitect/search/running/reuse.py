@@ -92,14 +92,16 @@ class BaselineStore:
             _remove(scratch)
         now = time.time()
         out = TrialOutput(TrialResult.from_dict(record["result"]), record["history"], val_losses=losses["val"],
-                          test_losses=losses["test"], verdict_losses=losses["verdict"], started=now, ended=now)
+                          test_losses=losses["test"], verdict_losses=losses["verdict"], probe_ne=record.get("probe_ne"),
+                          started=now, ended=now)
         return run_id, out
 
     def keep(self, run_id: str, arch: Architecture, out: TrialOutput, reused_from: str | None = None) -> None:
         """Tag the run ``run_id`` of baseline ``arch`` with its key and log what a later search reuses
         of it (``reused_from``: the run it was itself reused from, tagged too)."""
         key = self.key(arch)
-        record = {"version": RECORD_VERSION, "result": out.result.to_dict(), "history": out.history}
+        record = {"version": RECORD_VERSION, "result": out.result.to_dict(), "history": out.history,
+                  "probe_ne": out.probe_ne}
         losses = {split: getattr(out, f"{split}_losses") for split in LOSSES}
         try:
             self.tracker.keep_baseline(run_id, key, record, {k: v for k, v in losses.items() if v is not None},

@@ -81,6 +81,7 @@ class TrialOutput:
     val_losses: np.ndarray | None = None
     test_losses: np.ndarray | None = None  # per-example, of an ok trial: what the quality bench reads
     verdict_losses: np.ndarray | None = None  # per-example on the held-out verdict rows (where carved)
+    probe_ne: float | None = None  # its validation NE at the rung study's probe (reported as validation 0), if any
     started: float | None = None  # the trial's own wall clock (time.time()): its MLflow run's span
     ended: float | None = None
 
@@ -138,7 +139,7 @@ def _run_trial(
 
             save_weights(out.model.state_dict(), weights_path)
         return TrialOutput(result=result, history=out.history, val_losses=out.val_losses, test_losses=out.test_losses,
-                           verdict_losses=out.verdict_losses)
+                           verdict_losses=out.verdict_losses, probe_ne=out.probe_ne)
     except (KeyboardInterrupt, SystemExit):
         raise
     except TrialPruned as e:
