@@ -14,7 +14,7 @@ from rankitect.config import load_config
 from rankitect.errors import ConfigError
 from rankitect.eval.result import TrialResult
 from rankitect.search.running.budget import parse_duration
-from rankitect.search.judging.pruning import Rungs, first_rung
+from rankitect.search.judging.pruning import Rungs, first_rung, pruned_at_probe
 from rankitect.search.running.runner import SearchRunner
 from rankitect.train.task import TrialPruned
 
@@ -70,6 +70,61 @@ def test_rungs_are_at_min_times_reduction_powers(tmp_path: Path) -> None:
     last = rungs.ticket("last").reporter()
     last(1, 0.9)
     last(2, 0.9, True)  # a final validation is recorded at its rung but never pruned
+
+
+def _probed_baselines(rungs: Rungs, probes: list[float]) -> None:
+    """Six finished baselines: baseline ``b`` reports its probe ``probes[b]``, then 0.5 + 0.01 b at
+    three validations (baseline 0 is the best and leads every rung)."""
+    for b, probe in enumerate(probes):
+        ticket = rungs.ticket(f"base{b}", prune=False)
+        assert ticket.probe  # baselines probe unless the probe is off
+        reporter = ticket.reporter()
+        reporter(0, probe)  # a baseline is never stopped, at the probe or anywhere
+        for k in (1, 2, 3):
+            reporter(k, 0.5 + 0.01 * b, k == 3)
+        rungs.close(ticket, TrialResult(val_ne=0.5 + 0.01 * b, mflops=1.0))
+
+
+def test_probe_auto_judges_at_the_probe_by_the_textbook_rule_where_it_keeps_the_best(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    probes = [0.71, 0.70, 0.75, 0.76, 0.77, 0.78]  # the best baseline's probe is second of six: kept
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations="auto", probe="auto")
+    _probed_baselines(rungs, probes)
+    assert rungs.calibrate() == (1, "base0") and rungs.probe and "keeps the best, base0" in rungs.probe_note
+    seen, outcomes = list(probes), set()
+    for i in range(20):
+        value = float(rng.uniform(0.65, 0.85))
+        ticket = rungs.ticket(f"c{i}")
+        assert ticket.probe
+        seen.append(value)
+        try:
+            ticket.reporter()(0, value)
+            kept = True
+        except TrialPruned as e:
+            kept = False
+            assert pruned_at_probe(TrialResult.pruning(str(e), val_ne=value, mflops=1.0, params=1,
+                                                       train_seconds=0.0, steps=1))
+        assert kept == _naive_keeps(value, seen, 3), (i, value, sorted(seen))
+        outcomes.add(kept)
+        rungs.close(ticket, TrialResult(val_ne=value, mflops=1.0) if kept else
+                    TrialResult.pruning("x", val_ne=value, mflops=1.0, params=1, train_seconds=0.0, steps=1))
+    assert outcomes == {True, False}
+
+
+@pytest.mark.parametrize(("probes", "min_validations", "why"), [
+    ([0.74, 0.70, 0.71, 0.76, 0.77, 0.78], "auto", "would stop the best, base0"),  # the best is third at its probe
+    ([0.70, 0.71, 0.75, 0.76, 0.77, 0.78], 2, "first rung is at 2 validations"),
+])
+def test_probe_auto_stays_off_where_it_would_stop_the_best_or_the_first_rung_is_later(
+        tmp_path: Path, probes: list[float], min_validations, why: str) -> None:
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=min_validations, probe="auto")
+    _probed_baselines(rungs, probes)
+    rungs.calibrate()
+    assert not rungs.probe and why in rungs.probe_note
+    ticket = rungs.ticket("c")
+    assert not ticket.probe and ticket.reporter().probe == 0  # the protocol validates no probe for it
+    off = Rungs(None, None, tmp_path / "off.journal", reduction=3, min_validations=1, probe=False)
+    assert not off.ticket("b", prune=False).probe  # probe off: not even the baselines probe
 
 
 def test_hyperband_brackets_first_judge_at_later_rungs(tmp_path: Path) -> None:
@@ -222,6 +277,30 @@ def test_pruned_trial_is_its_own_status_keeps_its_curve_and_gives_its_slot_back(
         rungs = optuna.load_study(study_name="s.rungs", storage=storage).get_trials()
         assert len(rungs) == 4 and all(1 in t.intermediate_values for t in rungs)
         assert shared_trial_count(storage, "s", with_pruned=True) == (2, 3)
+
+
+@pytest.mark.slow
+def test_a_search_stops_a_candidate_at_the_probe_where_the_baselines_probes_keep_the_best(env, monkeypatch) -> None:
+    """Planted curves start with the probe (a third of the first epoch): dlrm leads there and ends
+    best, so candidates are judged at the probe; the first candidate is last there and stops after
+    a third of an epoch, its partial curve that probe; the second leads and finishes."""
+    from mlflow import MlflowClient
+
+    planted = PlantedCurves([[0.6, 0.5, 0.5, 0.5], [0.7, 0.55, 0.55, 0.55], [0.9] * 4, [0.55, 0.4, 0.4, 0.4]])
+    monkeypatch.setattr(protocol, "accumulate", planted)
+    lines: list[str] = []
+    cfg = load_config(overrides=[*TINY, "search.trials=1", "search.baselines=[dlrm,deepfm]"])
+    outcome = SearchRunner(cfg, echo=lines.append).run()
+    assert any(line.startswith("pruning_probe auto: a probe rung at 1/3") and "dlrm" in line for line in lines)
+    cands = outcome.table[outcome.table["kind"] == "candidate"]
+    assert sorted(cands["status"]) == ["ok", "pruned"]
+    assert any(" pruned: val/ne 0.9000 after 10 steps" in line for line in lines)  # 32 steps an epoch
+    client = MlflowClient(env)
+    runs = client.search_runs([client.get_experiment_by_name("rankitect").experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
+    pruned = [r for r in runs if r.data.tags.get("rankitect.status") == "pruned"]
+    curve = client.get_metric_history(pruned[0].info.run_id, "val/ne")
+    assert {(m.step, m.value) for m in curve} == {(10, 0.9)}
 
 
 def test_every_candidate_pruned_still_ends(env, monkeypatch) -> None:

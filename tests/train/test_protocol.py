@@ -186,6 +186,54 @@ def test_report_gets_the_best_validation_so_far(data, monkeypatch: pytest.Monkey
     assert seen == [(1, 0.9, False), (2, 0.7, False), (3, 0.7, False), (4, 0.7, True)]
 
 
+class ProbingReport:
+    """A rung study's report asking for a probe at a third of the interval; it may stop there."""
+
+    probe = 3
+
+    def __init__(self, stop_at_probe: bool = False) -> None:
+        self.seen: list[tuple[int, float, bool]] = []
+        self.stop_at_probe = stop_at_probe
+
+    def __call__(self, index: int, ne: float, final: bool) -> None:
+        self.seen.append((index, ne, final))
+        if index == 0 and self.stop_at_probe:
+            raise TrialPruned("stopped at the probe")
+
+
+def test_a_probe_is_one_more_validation_that_changes_nothing_of_the_training(data, monkeypatch) -> None:
+    """The probe (validation 0, at interval // 3 steps) is reported, and the training that goes on is
+    the one without it: the same curve, the same best step and the same weights."""
+    curve = [0.9, 0.8, 0.85, 0.86]
+    torch.manual_seed(0)
+    plain, _ = _train(data, _cfg(max_epochs=4), curve, monkeypatch, report=lambda *a: None)
+    report = ProbingReport()
+    torch.manual_seed(0)
+    probed, planted = _train(data, _cfg(max_epochs=4), [0.95, *curve], monkeypatch, report=report)
+    assert report.seen[0] == (0, 0.95, False) and [s[0] for s in report.seen] == [0, 1, 2, 3, 4]
+    assert len(planted.states) == 5  # the probe and four validations (patience 2 stops at the fourth)
+    assert probed.history == plain.history and probed.best_step == plain.best_step == 2 * EPOCH
+    for name, tensor in plain.model.state_dict().items():
+        assert torch.equal(probed.model.state_dict()[name], tensor), name
+
+
+def test_a_trial_stopped_at_the_probe_keeps_the_probe_as_its_curve(data, monkeypatch) -> None:
+    with pytest.raises(TrialPruned) as e:
+        _train(data, _cfg(max_epochs=3), [0.97, 0.9, 0.8, 0.7], monkeypatch, report=ProbingReport(stop_at_probe=True))
+    assert e.value.steps == EPOCH // 3 and e.value.best_ne == 0.97
+    assert [(h["step"], h["val/ne"]) for h in e.value.history] == [(EPOCH // 3, 0.97)]
+
+
+def test_no_probe_without_a_report_asking_for_one_or_inside_a_one_step_interval(data, monkeypatch) -> None:
+    seen = []
+    _train(data, _cfg(max_epochs=2, patience=0), [0.9, 0.8], monkeypatch,
+           report=lambda index, ne, final: seen.append(index))
+    assert seen == [1, 2]
+    report = ProbingReport()
+    _train(data, _cfg(max_epochs=1, val_every=2), [0.9] * 20, monkeypatch, report=report)
+    assert 0 not in [s[0] for s in report.seen]  # 2 // 3 steps: no room for a probe before the first validation
+
+
 def test_schedule_matches_the_textbook_counts() -> None:
     cfg = TrainConfig(batch_size=512, max_epochs=20)
     small = Schedule.of(cfg, 80_000, 10_000)  # 156 steps an epoch (the last of 128 + 512 rows): validate every epoch

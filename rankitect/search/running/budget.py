@@ -104,7 +104,8 @@ class TrialSlots:
     so a search whose every candidate is pruned still ends. A trial the probe stopped
     (``search.pruning_probe``) cost a ``reduction``-th of one stopped at the first validation and
     counts as that share of a proposal. With ``shared`` (a
-    :class:`~rankitect.search.running.shared_study.SharedStudy`) every process's trials count.
+    :class:`~rankitect.search.running.shared_study.SharedStudy`) every process's trials count, each
+    proposal as a whole one.
     """
 
     def __init__(self, strategy: Any, trials: int, *, reduction: int | None, shared: Any = None) -> None:
