@@ -1,16 +1,16 @@
 """The default search's wall time, serial against the default (workers on every core), side by side.
 
     python -m bench.speed.default_search --out speed --data synthetic-categorical,adult --seeds 0,1,2
-    python -m bench.speed.default_search --out probe --data synthetic-categorical --modes no-probe,default
+    python -m bench.speed.default_search --out early --data synthetic-categorical,adult --modes no-early,default
     python -m bench.speed.default_search --out speed --summarize     # the tables again
     python -m bench.speed.default_search --quick --out /tmp/speed
 
 For each data set and seed, ``rankitect search --strategy dnas`` runs twice, one after the other on
 the same machine: ``serial`` (``search.workers=1``: every trial in the search's own process, on
 every core, as searches ran before) and ``default`` (nothing but the data and the seed:
-``search.workers auto``, one worker per core). ``--modes no-probe,default`` sets the default
-against ``no-probe`` (``search.pruning_probe=false``: pruned candidates first judged after a whole
-validation interval, as before the probe). Each search is a process of the real CLI with a
+``search.workers auto``, one worker per core). ``--modes no-early,default`` sets the default
+against ``no-early`` (``search.pruning_early_rung=false``: candidates first judged at the first
+rung, as before the early rung). Each search is a process of the real CLI with a
 store and search folder of its own under ``--out/runs/`` (no baseline is reused across them), so
 the wall time is what a user waits, imports and the winner's logging included. The two modes of a
 seed alternate which runs first, so a machine's slow spell does not fall on one mode.
@@ -37,7 +37,7 @@ from bench.common import ROOT, parse_args
 from bench.quality import quality_report as report
 from bench.quality.supernet_ranking import data_overrides
 
-MODES = {"serial": ["search.workers=1"], "no-probe": ["search.pruning_probe=false"], "default": []}
+MODES = {"serial": ["search.workers=1"], "no-early": ["search.pruning_early_rung=false"], "default": []}
 
 
 def one(out: Path, data: str, seed: int, mode: str, extra: list[str]) -> dict[str, Any]:

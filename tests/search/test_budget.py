@@ -84,13 +84,13 @@ def test_the_deadline_is_the_budget_left_from_now() -> None:
     assert budget.left() == 30.0 and TimeBudget(None).deadline() is None
 
 
-def test_a_trial_stopped_at_the_probe_counts_as_a_reduction_th_of_a_proposal() -> None:
-    """Proposals stop at ``trials * reduction``; a probe-pruned trial cost a ``reduction``-th of one
-    pruned at the first validation, and counts as that share of a proposal."""
+def test_a_trial_stopped_at_the_early_rung_counts_as_a_reduction_th_of_a_proposal() -> None:
+    """Proposals stop at ``trials * reduction``; a trial stopped at the early rung cost about a
+    ``reduction``-th of one pruned at the first rung, and counts as that share of a proposal."""
     from types import SimpleNamespace
 
     from rankitect.eval.result import TrialResult
-    from rankitect.search.judging.pruning import PROBE_PRUNED
+    from rankitect.search.judging.pruning import EARLY_PRUNED
     from rankitect.search.running.budget import TrialSlots
 
     strategy = SimpleNamespace(budget=lambda trials: trials, prunable=True)
@@ -102,7 +102,7 @@ def test_a_trial_stopped_at_the_probe_counts_as_a_reduction_th_of_a_proposal() -
 
     at_rung = [pruned("pruned after validation 1: ...")] * 4
     assert slots.left(at_rung, 0) == 2 and slots.left([*at_rung, pruned("x")], 0) == 1  # the cap, 6
-    probed = [pruned(f"{PROBE_PRUNED} (1/3 of the first validation interval): ...")] * 4  # 4/3 of a proposal
+    probed = [pruned(f"{EARLY_PRUNED} (the probe): ...")] * 4  # 4/3 of a proposal
     assert slots.left([*at_rung, *probed], 0) == 0  # ceil(4 + 4/3) = 6: the cap
     assert slots.left([*at_rung[:3], *probed], 0) == 1  # ceil(3 + 4/3) = 5
     assert slots.left([*at_rung[:3], *probed], 1) == 0  # a running one holds the last

@@ -14,7 +14,7 @@ from rankitect.config import load_config
 from rankitect.errors import ConfigError
 from rankitect.eval.result import TrialResult
 from rankitect.search.running.budget import parse_duration
-from rankitect.search.judging.pruning import Rungs, first_rung, pruned_at_probe
+from rankitect.search.judging.pruning import Rungs, first_rung, pruned_early
 from rankitect.search.running.runner import SearchRunner
 from rankitect.train.task import TrialPruned
 
@@ -85,24 +85,24 @@ def _probed_baselines(rungs: Rungs, probes: list[float]) -> None:
         rungs.close(ticket, TrialResult(val_ne=0.5 + 0.01 * b, mflops=1.0))
 
 
-def test_probe_auto_judges_at_the_probe_by_the_textbook_rule_where_it_keeps_the_best(tmp_path: Path) -> None:
+def test_early_rung_auto_judges_at_the_probe_by_the_textbook_rule_where_it_keeps_the_best(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     probes = [0.71, 0.70, 0.75, 0.76, 0.77, 0.78]  # the best baseline's probe is second of six: kept
-    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations="auto", probe="auto")
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations="auto", early="auto")
     _probed_baselines(rungs, probes)
-    assert rungs.calibrate() == (1, "base0") and rungs.probe and "keeps the best, base0" in rungs.probe_note
+    assert rungs.calibrate() == (1, "base0") and rungs.early == 0 and "keeps the best, base0" in rungs.early_note
     seen, outcomes = list(probes), set()
     for i in range(20):
         value = float(rng.uniform(0.65, 0.85))
         ticket = rungs.ticket(f"c{i}")
-        assert ticket.probe
+        assert ticket.probe and ticket.early == 0
         seen.append(value)
         try:
             ticket.reporter()(0, value)
             kept = True
         except TrialPruned as e:
             kept = False
-            assert pruned_at_probe(TrialResult.pruning(str(e), val_ne=value, mflops=1.0, params=1,
+            assert pruned_early(TrialResult.pruning(str(e), val_ne=value, mflops=1.0, params=1,
                                                        train_seconds=0.0, steps=1))
         assert kept == _naive_keeps(value, seen, 3), (i, value, sorted(seen))
         outcomes.add(kept)
@@ -111,20 +111,56 @@ def test_probe_auto_judges_at_the_probe_by_the_textbook_rule_where_it_keeps_the_
     assert outcomes == {True, False}
 
 
-@pytest.mark.parametrize(("probes", "min_validations", "why"), [
-    ([0.74, 0.70, 0.71, 0.76, 0.77, 0.78], "auto", "would stop the best, base0"),  # the best is third at its probe
-    ([0.70, 0.71, 0.75, 0.76, 0.77, 0.78], 2, "first rung is at 2 validations"),
-])
-def test_probe_auto_stays_off_where_it_would_stop_the_best_or_the_first_rung_is_later(
-        tmp_path: Path, probes: list[float], min_validations, why: str) -> None:
-    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=min_validations, probe="auto")
-    _probed_baselines(rungs, probes)
+def test_early_rung_auto_stays_off_where_it_would_stop_the_best(tmp_path: Path) -> None:
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations="auto", early="auto")
+    _probed_baselines(rungs, [0.74, 0.70, 0.71, 0.76, 0.77, 0.78])  # the best is third of six at its probe
     rungs.calibrate()
-    assert not rungs.probe and why in rungs.probe_note
+    assert rungs.early is None and "would stop the best, base0" in rungs.early_note
     ticket = rungs.ticket("c")
-    assert not ticket.probe and ticket.reporter().probe == 0  # the protocol validates no probe for it
-    off = Rungs(None, None, tmp_path / "off.journal", reduction=3, min_validations=1, probe=False)
+    assert not ticket.probe and ticket.early == -1 and ticket.reporter().probe == 0  # no probe validation for it
+    off = Rungs(None, None, tmp_path / "off.journal", reduction=3, min_validations=1, early=False)
     assert not off.ticket("b", prune=False).probe  # probe off: not even the baselines probe
+
+
+@pytest.mark.parametrize("best_leads_at_2", [True, False])
+def test_early_rung_of_a_later_first_rung_is_a_third_of_the_way_there(tmp_path: Path, best_leads_at_2: bool) -> None:
+    """First rung at 6 validations: the early rung is validation 2, where the best baseline must lead
+    the baselines for it to move there; a candidate stopped there says so, one kept there is next
+    judged at 18."""
+    rungs = Rungs(None, None, tmp_path / "rungs.journal", reduction=3, min_validations=6, early="auto")
+    for b in range(3):  # base0 ends best; at validation 2 it leads or trails the others
+        ticket = rungs.ticket(f"base{b}", prune=False)
+        reporter = ticket.reporter()
+        for k in range(1, 19):
+            late = 0.5 + 0.01 * b if k >= 3 else 0.6 + (0.01 * b if best_leads_at_2 else -0.01 * b)
+            reporter(k, late, k == 18)
+        rungs.close(ticket, TrialResult(val_ne=0.5 + 0.01 * b, mflops=1.0))
+    assert rungs.calibrate() is None  # a fixed first rung
+    candidate = rungs.ticket("c")
+    reporter = candidate.reporter()
+    reporter(1, 0.9)
+    if not best_leads_at_2:
+        assert rungs.early is None and "no early rung at validation 2" in rungs.early_note and candidate.early == -1
+        reporter(2, 0.9)  # not judged before the first rung
+        with pytest.raises(TrialPruned, match="after validation 6"):
+            for k in range(3, 7):
+                reporter(k, 0.9)
+        return
+    assert rungs.early == 2 and candidate.early == 2 and not candidate.probe
+    assert "an early rung at validation 2, 1/3 of the first rung's" in rungs.early_note
+    with pytest.raises(TrialPruned, match="^pruned at the early rung \\(validation 2\\)") as e:
+        reporter(2, 0.9)
+    assert pruned_early(TrialResult.pruning(str(e.value), val_ne=0.9, mflops=1.0, params=1, train_seconds=0.0,
+                                            steps=2))
+    rungs.close(candidate, TrialResult.pruning(str(e.value), val_ne=0.9, mflops=1.0, params=1, train_seconds=0.0,
+                                               steps=2))
+    kept = rungs.ticket("d").reporter()
+    for k in (1, 2):  # the best at validation 2: kept there
+        kept(k, 0.59)
+    for k in range(3, 18):  # the first rung moved to validation 2: last at 6, yet not judged there
+        kept(k, 0.9)
+    with pytest.raises(TrialPruned, match="after validation 18"):  # the next rung stays
+        kept(18, 0.9)
 
 
 def test_hyperband_brackets_first_judge_at_later_rungs(tmp_path: Path) -> None:
@@ -206,7 +242,7 @@ def test_auto_first_rung_keeps_what_resembles_a_slow_starting_best_baseline(env,
     monkeypatch.setattr(protocol, "accumulate", PlantedCurves([slow, fast, *like_slow]))
     lines: list[str] = []
     cfg = load_config(overrides=[*TINY, "search.trials=2", "search.baselines=[dlrm,deepfm]",
-                                 f"search.pruning_min_validations={first}", "search.pruning_probe=false"])
+                                 f"search.pruning_min_validations={first}", "search.pruning_early_rung=false"])
     outcome = SearchRunner(cfg, echo=lines.append).run()
     statuses = list(outcome.table.loc[outcome.table["kind"] == "candidate", "status"])
     if first == "auto":
@@ -291,7 +327,8 @@ def test_a_search_stops_a_candidate_at_the_probe_where_the_baselines_probes_keep
     lines: list[str] = []
     cfg = load_config(overrides=[*TINY, "search.trials=1", "search.baselines=[dlrm,deepfm]"])
     outcome = SearchRunner(cfg, echo=lines.append).run()
-    assert any(line.startswith("pruning_probe auto: a probe rung at 1/3") and "dlrm" in line for line in lines)
+    assert any(line.startswith("pruning_early_rung auto: an early rung at the probe, 1/3") and "dlrm" in line
+               for line in lines)
     cands = outcome.table[outcome.table["kind"] == "candidate"]
     assert sorted(cands["status"]) == ["ok", "pruned"]
     assert any(" pruned: val/ne 0.9000 after 10 steps" in line for line in lines)  # 32 steps an epoch

@@ -57,7 +57,7 @@ def test_a_second_search_on_the_same_data_reuses_every_baseline(env, monkeypatch
             again = second.standings.val_losses if kind == "val_losses" else second.standings.held["verdict"]
             np.testing.assert_array_equal(again.load(name), store.load(name))
     rung = lambda out: [line for line in out if line.startswith(("pruning_min_validations auto",  # noqa: E731
-                                                                  "pruning_probe auto"))]
+                                                                  "pruning_early_rung auto"))]
     assert rung(lines) == rung(first_lines) and len(rung(lines)) == 2  # the same rungs, from the same curves
     assert "reused from a search without one" not in rung(lines)[1]  # the probes came along
     spent = two.spending

@@ -24,15 +24,18 @@ price is fewer candidates in a fixed wall clock where the baselines' early ranks
 fewer than two finished baselines there is nothing to rank, and the first rung stays at one
 validation.
 
-``search.pruning_probe`` (asha) adds a cheaper first rung, the *probe*: one validation at
-``1/reduction`` of the first validation interval (:class:`~rankitect.train.protocol.Protocol`),
-reported as validation ``0`` and judged like any rung, so the rungs run ``1/reduction, 1, reduction,
-...`` validations, ASHA's geometric ladder one step further down. On logs where an epoch is the
-validation interval, nearly every pruned candidate is stopped at the first validation, so a
-candidate that the probe stops costs a ``reduction``-th of that. ``auto`` (the default) judges at
-the probe only where the first rung is at one validation and successive halving over the
-baselines' probes keeps the best of them there (:meth:`Rungs.calibrate`); the baselines always
-probe, so that this can be read. The probe is only read: it changes no training that goes on.
+``search.pruning_early_rung`` (asha) makes the first rung cheaper: it moves one step down ASHA's
+geometric ladder, to validation ``min_validations // reduction``, or where that is ``0`` to the
+*probe*: one validation at ``1/reduction`` of the first validation interval
+(:class:`~rankitect.train.protocol.Protocol`), reported as validation ``0``. The later rungs stay
+(``min_validations * reduction**k``, ``k >= 1``), so as many candidates are kept as before, and a
+candidate stopped at the first rung, as nearly every pruned one is, costs about a
+``reduction``-th of what it did. (Added as a rung of its own instead, it would stop two in three
+of those that a first rung keeps, and a search that counts trained candidates would propose, and
+pay, for more of them.) ``auto`` (the default) moves it only where successive halving over the
+baselines keeps the best of them there too (:func:`early_rung`, the test the first rung passes);
+the baselines always probe, so that this can be read. The probe is only read: it changes no
+training that goes on.
 
 ``search.pruning: hyperband`` hedges against a first rung that is too early to rank by (Li et al.
 2018, JMLR 18(185), as Optuna's :class:`~optuna.pruners.HyperbandPruner`): each trial falls into
@@ -77,7 +80,9 @@ class RungTicket:
         prune: ``False`` for baselines (they report, and are never stopped).
         rule: ``"asha"`` (one bracket) or ``"hyperband"`` (brackets of later first rungs).
         probe: validate once at ``1/reduction`` of the first validation interval too, reported as
-            validation ``0``: a rung for a trial that may be pruned, a reading for a baseline.
+            validation ``0`` (a reading; a rung where ``early`` is 0).
+        early: the early rung's validation (0: the probe), where a trial that may be pruned is
+            judged in place of the first rung (``min_validations``); ``-1``: none.
     """
 
     storage: str
@@ -88,24 +93,26 @@ class RungTicket:
     prune: bool = True
     rule: str = "asha"
     probe: bool = False
+    early: int = -1
 
     def reporter(self) -> Reporter:
         return Reporter(self)
 
 
 RULES = ("asha", "hyperband")
-PROBE_PRUNED = "pruned at the probe"  # how the message of a trial the probe stopped starts
+EARLY_PRUNED = "pruned at the early rung"  # how the message of a trial the early rung stopped starts
 BASELINE_ATTR = "baseline"  # user attribute of a never-stopped trial's rung-study trial
 
 
-def pruned_at_probe(result: TrialResult) -> bool:
-    """Whether the probe stopped this trial (it cost a ``reduction``-th of a first validation at most).
+def pruned_early(result: TrialResult) -> bool:
+    """Whether the early rung stopped this trial (it cost about a ``reduction``-th of one stopped at
+    the first rung).
 
-    >>> pruned_at_probe(TrialResult.pruning(PROBE_PRUNED + ": ...", val_ne=0.9, mflops=1.0, params=1,
-    ...                                     train_seconds=1.0, steps=5))
+    >>> pruned_early(TrialResult.pruning(EARLY_PRUNED + ": ...", val_ne=0.9, mflops=1.0, params=1,
+    ...                                  train_seconds=1.0, steps=5))
     True
     """
-    return result.pruned and (result.error or "").startswith(PROBE_PRUNED)
+    return result.pruned and (result.error or "").startswith(EARLY_PRUNED)
 
 
 def keeps(value: float, at_rung: list[float], reduction: int) -> bool:
@@ -155,30 +162,32 @@ def first_rung(curves: dict[str, dict[int, float]], best: str, reduction: int) -
     return max(mine)
 
 
-def probe_rung(curves: dict[str, dict[int, float]], best: str | None, min_validations: int, reduction: int,
-               names: dict[str, str] | None = None) -> tuple[bool, str]:
-    """``search.pruning_probe: auto``: whether candidates are judged at the probe (validation ``0`` of
-    ``curves``), and why, for the log. Yes where the first rung is at one validation, every curve
-    has its probe and successive halving over the probes keeps ``best`` (``None``: fewer than two
-    baselines, no).
+def early_rung(curves: dict[str, dict[int, float]], best: str | None, min_validations: int, reduction: int,
+               names: dict[str, str] | None = None) -> tuple[int | None, str]:
+    """``search.pruning_early_rung: auto``: the validation of the early rung (``min_validations //
+    reduction``; 0: the probe) where successive halving over ``curves`` keeps ``best`` there, else
+    ``None``; and why, for the log. ``best`` ``None`` (fewer than two baselines): none.
 
-    >>> probe_rung({"a": {0: 0.70, 1: 0.60}, "b": {0: 0.72, 1: 0.65}, "c": {0: 0.71, 1: 0.64}}, "a", 1, 3)[0]
-    True
-    >>> probe_rung({"a": {0: 0.75, 1: 0.60}, "b": {0: 0.72, 1: 0.65}, "c": {0: 0.71, 1: 0.64}}, "a", 1, 3)[0]
-    False
+    >>> probe = {"a": {0: 0.70, 1: 0.60}, "b": {0: 0.72, 1: 0.65}, "c": {0: 0.71, 1: 0.64}}
+    >>> early_rung(probe, "a", 1, 3)[0], early_rung({**probe, "a": {0: 0.75, 1: 0.60}}, "a", 1, 3)[0]
+    (0, None)
+    >>> slow = {"a": {k: 0.9 - 0.05 * k for k in range(1, 9)}, "b": {k: 0.7 - 0.01 * k for k in range(1, 9)}}
+    >>> early_rung(slow, "a", 7, 3)  # validation 2 of a first rung at 7: a is behind b there
+    (None, 'no early rung at validation 2: successive halving over the baselines there would stop the best, a')
     """
     names = names or {}
     if best is None:
-        return False, "no probe rung: fewer than 2 baselines finished"
-    if min_validations != 1:
-        return False, f"no probe rung: the first rung is at {min_validations} validations, not 1"
-    if any(0 not in c for c in curves.values()):
-        return False, "no probe rung: a baseline has no probe validation (reused from a search without one)"
+        return None, "no early rung: fewer than 2 baselines finished"
+    at = min_validations // reduction
+    where = (f"the probe, 1/{reduction} of the first validation interval" if at == 0 else
+             f"validation {at}, 1/{reduction} of the first rung's")
+    if at == 0 and any(0 not in c for c in curves.values()):
+        return None, "no early rung: a baseline has no probe validation (reused from a search without one)"
     who = names.get(best, best)
-    if not keeps(curves[best][0], [c[0] for c in curves.values()], reduction):
-        return False, f"no probe rung: successive halving over the baselines' probes would stop the best, {who}"
-    return True, (f"a probe rung at 1/{reduction} of the first validation interval (successive halving over "
-                  f"the baselines' probes keeps the best, {who})")
+    if at not in curves[best] or not keeps(curves[best][at], [c[at] for c in curves.values() if at in c], reduction):
+        return None, f"no early rung at {where.split(',')[0]}: successive halving over the baselines there would " \
+                     f"stop the best, {who}"
+    return at, f"an early rung at {where} (successive halving over the baselines keeps the best, {who}, there)"
 
 
 def _name(trial: Any) -> str:
@@ -225,9 +234,10 @@ class Reporter:
         stops = self._stops(index, ne)
         if not (stops and self.ticket.prune and not final):
             return
-        if index == 0:
-            raise TrialPruned(f"{PROBE_PRUNED} (1/{self.ticket.reduction} of the first validation interval): "
-                              f"validation NE {ne:.4f} is not among the best 1/{self.ticket.reduction} there")
+        if index == self.ticket.early:
+            where = "the probe" if index == 0 else f"validation {index}"
+            raise TrialPruned(f"{EARLY_PRUNED} ({where}): validation NE {ne:.4f} is not among the best "
+                              f"1/{self.ticket.reduction} there")
         raise TrialPruned(f"pruned after validation {index}: validation NE {ne:.4f} is not among the best "
                               f"1/{self.ticket.reduction} at that point")
 
@@ -235,7 +245,9 @@ class Reporter:
         t = self.ticket
         if t.rule == "hyperband":
             return self.trial.should_prune()
-        if not (t.probe if index == 0 else is_rung(index, t.min_validations, t.reduction)):
+        moved = t.early >= 0  # the first rung moved to the early rung
+        if index != t.early and (index == 0 or (moved and index == t.min_validations)
+                                 or not is_rung(index, t.min_validations, t.reduction)):
             return False
         others = [tr.intermediate_values[index] for tr in self.trial.study.get_trials(deepcopy=False)
                   if tr._trial_id != t.trial_id and index in tr.intermediate_values]
@@ -251,12 +263,13 @@ class Rungs:
         journal: the journal file used without shared storage.
         reduction, min_validations, rule: see :class:`RungTicket`; ``min_validations="auto"`` (asha
             only; hyperband takes 1) is 1 until :meth:`calibrate` places it from the baselines.
-        probe: ``True``, ``False`` or ``"auto"`` (asha only): whether candidates are judged at the
-            probe as well; ``auto`` decides in :meth:`calibrate`. Baselines probe unless ``False``.
+        early: ``True``, ``False`` or ``"auto"`` (asha only): whether candidates are judged at the
+            early rung in place of the first; ``auto`` decides in :meth:`calibrate`. Baselines
+            probe unless ``False``.
     """
 
     def __init__(self, storage: str | None, study_name: str | None, journal: Path, *, reduction: int,
-                 min_validations: int | str, rule: str = "asha", probe: bool | str = False) -> None:
+                 min_validations: int | str, rule: str = "asha", early: bool | str = False) -> None:
         self.auto = min_validations == "auto"
         if self.auto:
             min_validations = 1
@@ -266,12 +279,13 @@ class Rungs:
         if rule not in RULES:
             raise ValueError(f"pruning rule must be one of {RULES}, got {rule!r}")
         self.auto = self.auto and rule == "asha"
-        if probe not in (True, False, "auto"):
-            raise ValueError(f"probe must be true, false or 'auto', got {probe!r}")
-        self.probe_rule: bool | str = probe if rule == "asha" else False
-        self.probe = self.probe_rule is True  # whether candidates are judged at the probe now
-        self.probe_note: str | None = None  # what calibrate decided about the probe, for the log
+        if early not in (True, False, "auto"):
+            raise ValueError(f"early must be true, false or 'auto', got {early!r}")
         self.reduction, self.min_validations, self.rule = reduction, min_validations, rule
+        self.early_rule: bool | str = early if rule == "asha" else False
+        # the early rung candidates are judged at now (0: the probe), None: none; calibrate decides with auto
+        self.early: int | None = min_validations // reduction if self.early_rule is True else None
+        self.early_note: str | None = None  # what calibrate decided about it, for the log
         if storage is None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             self.location, self.study_name = f"journal:{journal}", "rungs"
@@ -290,9 +304,10 @@ class Rungs:
         if not prune:
             trial.set_user_attr(BASELINE_ATTR, True)
         self._numbers[trial._trial_id] = trial.number
-        probe = self.probe if prune else self.probe_rule is not False
+        early = self.early if prune and self.early is not None else -1
+        probe = early == 0 if prune else self.early_rule is not False
         return RungTicket(self.location, self.study_name, trial._trial_id, self.reduction, self.min_validations, prune,
-                          self.rule, probe)
+                          self.rule, probe, early)
 
     def replay(self, name: str, curve: Sequence[float], result: TrialResult, probe_ne: float | None = None) -> None:
         """Enter a never-stopped training of ``name`` that ran elsewhere (a reused baseline,
@@ -319,8 +334,8 @@ class Rungs:
         the finished never-stopped trials (the baselines), for the best of them (lowest validation NE).
         Returns ``(first rung, that baseline's name)``; ``(1, None)`` where fewer than two baselines
         finished (one curve ranks against nothing: the first rung stays at one validation); ``None``
-        with a fixed first rung. With ``probe="auto"`` it also decides whether candidates are judged
-        at the probe (:func:`probe_rung`; :attr:`probe_note` says what and why)."""
+        with a fixed first rung. With ``early="auto"`` it also decides whether candidates are judged
+        at the early rung (:func:`early_rung`; :attr:`early_note` says what and why)."""
         done = [t for t in self.study.get_trials(deepcopy=False, states=(_optuna.import_optuna().trial.TrialState.COMPLETE,))
                 if t.user_attrs.get(BASELINE_ATTR) and t.intermediate_values and t.value is not None]
         best = min(done, key=lambda t: t.value) if len(done) >= 2 else None
@@ -329,10 +344,12 @@ class Rungs:
         if self.auto:
             self.min_validations = 1 if best is None else first_rung(curves, str(best.number), self.reduction)
             placed = self.min_validations, None if best is None else _name(best)
-        if self.probe_rule == "auto":
-            self.probe, self.probe_note = probe_rung(curves, None if best is None else str(best.number),
+        if self.early_rule == "auto":
+            self.early, self.early_note = early_rung(curves, None if best is None else str(best.number),
                                                      self.min_validations, self.reduction,
                                                      {str(t.number): _name(t) for t in done})
+        elif self.early_rule is True:
+            self.early = self.min_validations // self.reduction
         return placed
 
     def close(self, ticket: RungTicket, result: TrialResult) -> None:

@@ -70,13 +70,13 @@ class BaselinePhase:
         elif placed is not None:
             self.echo(f"pruning_min_validations auto: first rung at {placed[0]} validation{'s' * (placed[0] > 1)} "
                       f"(the earliest at which successive halving over the baselines keeps the best, {placed[1]})")
-        if self.rungs is not None and self.rungs.probe_note is not None:
-            self.echo(f"pruning_probe auto: {self.rungs.probe_note}")
+        if self.rungs is not None and self.rungs.early_note is not None:
+            self.echo(f"pruning_early_rung auto: {self.rungs.early_note}")
         if self.shared is not None and self.owner:
             self.shared.publish_view({"target_mflops": self.standings.objective.target_mflops,
                                       "baselines": [b.name for b in bases],
                                       "min_validations": None if self.rungs is None else self.rungs.min_validations,
-                                      "probe": None if self.rungs is None else self.rungs.probe})
+                                      "early": None if self.rungs is None else self.rungs.early})
 
     def take_view(self, view: dict[str, Any], *, echo: bool) -> None:
         """Rank and prune by what the search's owner resolved from the baselines."""
@@ -91,8 +91,8 @@ class BaselinePhase:
             self.rungs.min_validations = view["min_validations"]
             if echo:
                 self.echo(f"pruning_min_validations auto: first rung at {view['min_validations']} validations")
-        if self.rungs is not None and self.rungs.probe_rule == "auto" and view.get("probe") is not None:
-            self.rungs.probe = bool(view["probe"])
+        if self.rungs is not None and self.rungs.early_rule == "auto":
+            self.rungs.early = view.get("early")
 
     def _wait_for_view(self) -> dict[str, Any] | None:
         """What the owner resolved from the baselines, waiting while it trains them; None when this

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rankitect.errors import ConfigError
-from rankitect.search.judging.pruning import pruned_at_probe
+from rankitect.search.judging.pruning import pruned_early
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
@@ -101,8 +101,8 @@ class TrialSlots:
 
     A pruned trial gives its slot back, yet proposals stop at ``trials * reduction`` while the
     strategy's trials are pruned (``reduction``: ``search.pruning_reduction``, None without pruning),
-    so a search whose every candidate is pruned still ends. A trial the probe stopped
-    (``search.pruning_probe``) cost a ``reduction``-th of one stopped at the first validation and
+    so a search whose every candidate is pruned still ends. A trial the early rung stopped
+    (``search.pruning_early_rung``) cost about a ``reduction``-th of one stopped at the first rung and
     counts as that share of a proposal. With ``shared`` (a
     :class:`~rankitect.search.running.shared_study.SharedStudy`) every process's trials count, each
     proposal as a whole one.
@@ -124,7 +124,7 @@ class TrialSlots:
         if self.shared is None:
             finished = sum(1 for t in candidates if not t.result.pruned)
             share = 1 / (self.reduction or 1)
-            proposed = math.ceil(sum(share if pruned_at_probe(t.result) else 1 for t in candidates) - 1e-9)
+            proposed = math.ceil(sum(share if pruned_early(t.result) else 1 for t in candidates) - 1e-9)
             return min(trials - finished, cap - proposed) - in_flight
         slots, proposals = self.shared.count()
         return min(trials - slots, cap - proposals)

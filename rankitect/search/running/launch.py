@@ -117,7 +117,7 @@ class Launcher:
         if search.pruning != "none":
             self.rungs = Rungs(search.storage, search.study_name, self.out_dir / "rungs.journal",
                                reduction=search.pruning_reduction, min_validations=search.pruning_min_validations,
-                               rule=search.pruning, probe=search.pruning_probe)
+                               rule=search.pruning, early=search.pruning_early_rung)
 
     def submit(self, kind: str, name: str, arch: Architecture, *, prune: bool) -> Future:
         """Start training ``arch`` (reporting to the rung study, where pruning is
