@@ -197,7 +197,7 @@ class SearchConfig:
     pruning: Literal["asha", "hyperband", "none"] = "asha"  # stop unpromising candidates early: successive halving; hyperband: brackets of later first rungs
     pruning_reduction: int = 3  # successive halving keeps the best 1/this of the trials at each rung
     pruning_min_validations: int | Literal["auto"] = "auto"  # validations before a candidate may first be pruned (rungs at this x reduction^k); auto: the earliest first rung that would have kept the best baseline (1 with fewer than 2 baselines)
-    pruning_early_rung: bool | Literal["auto"] = "auto"  # asha: one rung more, a reduction-th of the way to the first: at validation min_validations // reduction, or where that is 0 at a probe validation 1/reduction of the first validation interval; auto: where successive halving over the baselines keeps the best of them there
+    pruning_early_rung: bool | Literal["auto"] = "auto"  # asha: the first rung moved a reduction-th of the way down (validation min_validations // reduction, or where that is 0 a probe validation 1/reduction of the first validation interval), the later rungs kept; auto: where successive halving over the baselines keeps the best of them there
     penalty: Literal["absolute", "relaxed"] = "relaxed"  # NE x (1 + w x doublings): relaxed above F0; absolute |log2|
     penalty_weight: float = 0.01  # w: relative NE cost per doubling of FLOPs beyond the target
     min_gain_se: float = 1.0  # a candidate beats the best baseline only by more than this many paired standard errors of validation; 0: lowest objective wins
