@@ -174,12 +174,12 @@ class Protocol(pl.Callback):
             trainer.should_stop = True
             self.validate(trainer)  # the state at the deadline competes with the best so far
             return
-        if step == self.probe_step and self.stopped is None:
-            self.probe(step)
+        if step == self.probe_step and self.report is not None and self.stopped is None:
+            self.probe(step, self.report)
         if step % self.schedule.interval == 0 or step >= self.schedule.total_steps:
             self.validate(trainer)
 
-    def probe(self, step: int) -> None:
+    def probe(self, step: int, report: Report) -> None:
         """The probe validation at ``step``: reported as validation 0 and kept nowhere else."""
         metrics = {f"val/{k}": float(v) for k, v in
                    accumulate(self.model, self.val_batches(), self.cfg.val_batches).compute().items()}
@@ -187,9 +187,8 @@ class Protocol(pl.Callback):
         if not math.isfinite(ne):
             raise TrialDiverged(f"validation NE is {ne} at step {step}")
         self.probe_ne = ne
-        assert self.report is not None  # a probe step is set only with a report
         try:
-            self.report(0, ne, False)
+            report(0, ne, False)
         except TrialPruned as e:  # the probe is the whole partial curve
             raise TrialPruned(str(e), history=[{"step": float(step), **metrics}], best_ne=ne, steps=step) from None
 

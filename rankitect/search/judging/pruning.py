@@ -179,14 +179,14 @@ def early_rung(curves: dict[str, dict[int, float]], best: str | None, min_valida
     if best is None:
         return None, "no early rung: fewer than 2 baselines finished"
     at = min_validations // reduction
-    where = (f"the probe, 1/{reduction} of the first validation interval" if at == 0 else
-             f"validation {at}, 1/{reduction} of the first rung's")
+    short = "the probe" if at == 0 else f"validation {at}"
+    where = short + (f", 1/{reduction} of the first validation interval" if at == 0 else
+                     f", 1/{reduction} of the first rung's")
     if at == 0 and any(0 not in c for c in curves.values()):
         return None, "no early rung: a baseline has no probe validation (reused from a search without one)"
     who = names.get(best, best)
     if at not in curves[best] or not keeps(curves[best][at], [c[at] for c in curves.values() if at in c], reduction):
-        return None, f"no early rung at {where.split(',')[0]}: successive halving over the baselines there would " \
-                     f"stop the best, {who}"
+        return None, f"no early rung at {short}: successive halving over the baselines there would stop the best, {who}"
     return at, f"an early rung at {where} (successive halving over the baselines keeps the best, {who}, there)"
 
 
@@ -241,13 +241,21 @@ class Reporter:
         raise TrialPruned(f"pruned after validation {index}: validation NE {ne:.4f} is not among the best "
                               f"1/{self.ticket.reduction} at that point")
 
+    def _judged(self, index: int) -> bool:
+        """Whether validation ``index`` is a rung of this trial: the early rung, or a rung of the
+        ladder but the first where the early rung took its place (the probe, 0, is no other rung)."""
+        t = self.ticket
+        if index == t.early:
+            return True
+        if index == 0 or (t.early >= 0 and index == t.min_validations):
+            return False
+        return is_rung(index, t.min_validations, t.reduction)
+
     def _stops(self, index: int, ne: float) -> bool:
         t = self.ticket
         if t.rule == "hyperband":
             return self.trial.should_prune()
-        moved = t.early >= 0  # the first rung moved to the early rung
-        if index != t.early and (index == 0 or (moved and index == t.min_validations)
-                                 or not is_rung(index, t.min_validations, t.reduction)):
+        if not self._judged(index):
             return False
         others = [tr.intermediate_values[index] for tr in self.trial.study.get_trials(deepcopy=False)
                   if tr._trial_id != t.trial_id and index in tr.intermediate_values]
